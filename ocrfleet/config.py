@@ -1,0 +1,85 @@
+"""The one settings object. Every knob comes from `OCRFLEET_*` variables or `.env`.
+
+Defaults are the embedded mode: SQLite, a local store directory, in-process execution and
+the CPU engine, so `ocrfleet run` works on a fresh machine with nothing else running.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="OCRFLEET_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    # Where things live.
+    database_url: str = "sqlite:///./ocrfleet.db"
+    store_url: str = "file://./ocrfleet-store"
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    s3_max_attempts: int = Field(5, ge=1, description="tries for throttling and 5xx")
+    broker_url: str | None = None
+    result_backend: str | None = None
+
+    # What produces output (all of these enter run_id through `output_config`).
+    engines: CommaList = ["rapidocr"]
+    scorer: str = "consensus"
+    minicpm_model_path: Path | None = None
+    jev_model_path: Path | None = None
+    dpi: int = Field(200, ge=36, le=600)
+    rec_batch_size: int = Field(16, ge=1)
+    threshold_text: float = Field(0.5, ge=0.0, le=1.0)
+    threshold_formula: float = Field(0.5, ge=0.0, le=1.0)
+    threshold_table: float = Field(0.5, ge=0.0, le=1.0)
+    seed: int = 0
+    jev_dtype: str = "bfloat16"
+    jev_device: str = "auto"
+    jev_batch_size: int = Field(8, ge=1)
+    jev_attn_implementation: str = "sdpa"
+
+    # Input limits: over any of them an input is `rejected`, never a crash.
+    max_input_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    max_pages: int = Field(1000, ge=1)
+    max_pixels: int = Field(60_000_000, ge=1, description="per page, after rendering")
+
+    # Fleet behaviour.
+    max_deliveries: int = Field(3, ge=1, description="a page delivered more often is failed")
+    task_soft_time_limit: int = Field(600, ge=1)
+    task_time_limit: int = Field(900, ge=1)
+    visibility_timeout: int = Field(3600, ge=1)
+    worker_max_tasks: int = Field(500, ge=1)
+    worker_max_memory_mb: int = Field(8192, ge=64)
+
+    @field_validator("engines", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("engines")
+    @classmethod
+    def _known_engines(cls, value: list[str]) -> list[str]:
+        known = {"rapidocr", "tesseract", "minicpm"}
+        unknown = [name for name in value if name not in known]
+        if unknown or not value:
+            raise ValueError(f"engines must be a non-empty subset of {sorted(known)}: {value}")
+        return value
+
+    def threshold(self, category: str) -> float:
+        return float(getattr(self, f"threshold_{category}"))
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings; tests build their own `Settings(...)` instead."""
+    return Settings()

@@ -1,0 +1,165 @@
+"""The database of record. Every table has a natural key so every write can be an upsert
+and a redelivered task changes nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON}
+
+
+class Run(Base):
+    """One frozen configuration; `id` is the hash of `config`'s canonical JSON."""
+
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    config: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Document(Base):
+    __tablename__ = "documents"
+    __table_args__ = (
+        UniqueConstraint("sha256", "run_id"),
+        CheckConstraint(
+            "status in ('pending','processing','done','partial','rejected','failed')",
+            name="status",
+        ),
+    )
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    source_uri: Mapped[str] = mapped_column(Text)
+    media_type: Mapped[str | None] = mapped_column(String(100))
+    byte_size: Mapped[int | None] = mapped_column(BigInteger)
+    page_count: Mapped[int | None] = mapped_column(Integer)
+    pages_done: Mapped[int] = mapped_column(Integer, default=0)
+    pages_failed: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    reason: Mapped[str | None] = mapped_column(Text)
+    priority: Mapped[str] = mapped_column(String(16), default="normal")
+    meta: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+
+
+class Page(Base):
+    __tablename__ = "pages"
+    __table_args__ = (
+        UniqueConstraint("document_id", "number"),
+        CheckConstraint("status in ('pending','done','failed')", name="status"),
+    )
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    image_uri: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    deliveries: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(Text)
+    params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    output_sha256: Mapped[str | None] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+
+
+class Region(Base):
+    __tablename__ = "regions"
+    __table_args__ = (
+        UniqueConstraint("page_id", "number"),
+        CheckConstraint("category in ('text','formula','table')", name="category"),
+    )
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    page_id: Mapped[int] = mapped_column(ForeignKey("pages.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    category: Mapped[str] = mapped_column(String(16), default="text")
+    x0: Mapped[int] = mapped_column(Integer)
+    y0: Mapped[int] = mapped_column(Integer)
+    x1: Mapped[int] = mapped_column(Integer)
+    y1: Mapped[int] = mapped_column(Integer)
+    det_score: Mapped[float | None] = mapped_column(Float)
+    chosen_engine: Mapped[str | None] = mapped_column(String(32))
+    accepted: Mapped[bool | None]
+
+
+class Candidate(Base):
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("region_id", "engine"),)
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"))
+    engine: Mapped[str] = mapped_column(String(32))
+    text: Mapped[str] = mapped_column(Text, default="")
+    confidence: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Score(Base):
+    __tablename__ = "scores"
+    __table_args__ = (
+        UniqueConstraint("candidate_id", "scorer"),
+        CheckConstraint(
+            "verdict in ('scored','precheck_failed','render_failed','forward_failed')",
+            name="verdict",
+        ),
+        CheckConstraint("(verdict = 'scored') = (score IS NOT NULL)", name="score_iff_scored"),
+    )
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    scorer: Mapped[str] = mapped_column(String(32))
+    scorer_version: Mapped[str] = mapped_column(String(64))
+    verdict: Mapped[str] = mapped_column(String(16))
+    score: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class ReviewFlag(Base):
+    """A region the policy would not accept; back-office staff work these."""
+
+    __tablename__ = "review_flags"
+    __table_args__ = (
+        UniqueConstraint("region_id"),
+        CheckConstraint("status in ('open','resolved')", name="status"),
+    )
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"))
+    reason: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="open", index=True)
+    resolved_text: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,53 @@
+"""`run_id`: the hash of the canonical JSON of everything that changes output.
+
+Any number in the database can be traced to the exact configuration that made it, and two
+processes with the same settings and model files agree on the run without talking."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ocrfleet.config import Settings
+from ocrfleet.db.models import Run
+from ocrfleet.db.upsert import upsert
+
+RUN_SCHEMA = 1  # bump when the meaning of the pipeline changes without a setting changing
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def run_config(settings: Settings) -> dict[str, Any]:
+    """Every setting and model fingerprint that changes output, without loading any model."""
+    from ocrfleet.engines import describe_engines
+    from ocrfleet.scorers import describe_scorer
+
+    return {
+        "schema": RUN_SCHEMA,
+        "dpi": settings.dpi,
+        "rec_batch_size": settings.rec_batch_size,
+        "seed": settings.seed,
+        "engines": describe_engines(settings),
+        "scorer": describe_scorer(settings),
+        "thresholds": {
+            "text": settings.threshold_text,
+            "formula": settings.threshold_formula,
+            "table": settings.threshold_table,
+        },
+    }
+
+
+def run_id_of(config: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(config).encode()).hexdigest()
+
+
+def ensure_run(session: Session, config: dict[str, Any]) -> str:
+    """Record the run (idempotently) and return its id."""
+    run_id = run_id_of(config)
+    upsert(session, Run, {"id": run_id, "config": config}, key=["id"], update=[])
+    return run_id

@@ -1,0 +1,31 @@
+"""The scorer interface: every verifier judges (crop, candidate text, category) units in
+batches and returns one `Score` per unit, with a verdict that says whether it really ran."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from PIL import Image
+
+from ocrfleet import ir
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One evaluation unit: a region crop and one candidate's reading of it."""
+
+    crop: Image.Image
+    text: str
+    category: ir.Category
+    region_number: int
+    engine: str
+
+
+class Scorer(Protocol):
+    name: str
+    version: str  # enters run_id: model revision, renderer version, calibration hash
+
+    def score(self, units: list[Unit]) -> list[ir.Score]:
+        """One Score per unit, in order. Never raises for a bad unit: that is a verdict."""
+        ...

@@ -1,0 +1,252 @@
+"""The two units of work, shared by `ocrfleet run` (in-process) and the Celery tasks.
+
+`ingest` turns an input URI into a document with page images in the store and page rows;
+`process_page` OCRs one page and writes everything it produced in one transaction. Both are
+idempotent: every write is an upsert on a natural key and a finished page is never redone,
+so at-least-once delivery changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy import case, select, update
+from sqlalchemy.orm import Session
+
+from ocrfleet import ir
+from ocrfleet.config import Settings
+from ocrfleet.db import models
+from ocrfleet.db.persist import save_page_result
+from ocrfleet.db.session import session_scope
+from ocrfleet.db.upsert import upsert
+from ocrfleet.pipeline.images import encode_png, load_image
+from ocrfleet.pipeline.split import InputRejected, iter_pages, open_document
+from ocrfleet.runs import canonical_json, ensure_run, run_config
+from ocrfleet.storage import ObjectStore, open_store, read_uri
+from ocrfleet.toolkit import Toolkit, get_toolkit
+
+
+@dataclass
+class Context:
+    """What one process needs for the units of work; everything heavy is loaded lazily."""
+
+    settings: Settings
+    _run_id: str | None = field(default=None, init=False)
+
+    @cached_property
+    def store(self) -> ObjectStore:
+        return open_store(self.settings)
+
+    @cached_property
+    def toolkit(self) -> Toolkit:
+        return get_toolkit(self.settings)
+
+    @cached_property
+    def run_config(self) -> dict[str, Any]:
+        return run_config(self.settings)
+
+    def session(self) -> AbstractContextManager[Session]:
+        return session_scope(self.settings.database_url)
+
+    @property
+    def run_id(self) -> str:
+        if self._run_id is None:
+            with self.session() as session:
+                self._run_id = ensure_run(session, self.run_config)
+        return self._run_id
+
+
+@dataclass(frozen=True)
+class IngestOutcome:
+    document_id: int
+    status: ir.DocumentStatus
+    page_ids: list[int]  # pages still to process: enqueue these after the commit
+    created: bool
+    reason: str | None = None
+
+
+def page_key(sha256: str, dpi: int, number: int) -> str:
+    return f"derived/{sha256}/{dpi}dpi/p{number:04d}.png"
+
+
+def ingest(
+    ctx: Context,
+    uri: str,
+    *,
+    data: bytes | None = None,
+    priority: str = "normal",
+    metadata: dict[str, Any] | None = None,
+) -> IngestOutcome:
+    """Fetch, hash, dedup, validate and split one input; rejected input is a terminal row."""
+    run_id = ctx.run_id
+    if data is None:
+        data = read_uri(uri, ctx.settings)
+    sha256 = hashlib.sha256(data).hexdigest()
+    with ctx.session() as session:
+        existing = _find_document(session, sha256, run_id)
+        if existing is not None and existing.status != ir.DocumentStatus.pending:
+            return _outcome(session, existing, created=False)
+
+    common = {
+        "run_id": run_id,
+        "sha256": sha256,
+        "source_uri": uri,
+        "byte_size": len(data),
+        "priority": priority,
+        "meta": metadata,
+    }
+    try:
+        document = open_document(data, ctx.settings, uri)
+        pages = _store_pages(ctx, data, document)
+    except InputRejected as rejected:
+        with ctx.session() as session:
+            doc_id = upsert(
+                session,
+                models.Document,
+                {**common, "status": ir.DocumentStatus.rejected, "reason": str(rejected)},
+                key=["sha256", "run_id"],
+                update=["status", "reason"],
+            )
+            return _outcome(session, session.get(models.Document, doc_id), created=True)
+
+    with ctx.session() as session:
+        doc_id = upsert(
+            session,
+            models.Document,
+            {
+                **common,
+                "media_type": document.media_type,
+                "page_count": document.page_count,
+                "status": ir.DocumentStatus.processing,
+            },
+            key=["sha256", "run_id"],
+            update=["media_type", "page_count", "status"],
+        )
+        for page in pages:
+            upsert(
+                session,
+                models.Page,
+                {
+                    "document_id": doc_id,
+                    "number": page.number,
+                    "width": page.width,
+                    "height": page.height,
+                    "image_uri": page.image_uri,
+                },
+                key=["document_id", "number"],
+                update=[],
+            )
+        session.flush()
+        return _outcome(session, session.get(models.Document, doc_id), created=True)
+
+
+def _store_pages(ctx: Context, data: bytes, document: ir.Document) -> list[ir.Page]:
+    """Render page by page into the store, so a long PDF never sits in memory whole."""
+    pages = []
+    for number, image in enumerate(iter_pages(data, ctx.settings), start=1):
+        key = page_key(document.sha256, ctx.settings.dpi, number)
+        uri = ctx.store.put(key, encode_png(image), content_type="image/png")
+        pages.append(ir.Page(number=number, width=image.width, height=image.height, image_uri=uri))
+        image.close()
+    if not pages:
+        raise InputRejected("no_pages", "the input has no pages")
+    return pages
+
+
+def _find_document(session: Session, sha256: str, run_id: str) -> models.Document | None:
+    return session.scalars(
+        select(models.Document).where(
+            models.Document.sha256 == sha256, models.Document.run_id == run_id
+        )
+    ).one_or_none()
+
+
+def _outcome(session: Session, doc: models.Document, *, created: bool) -> IngestOutcome:
+    pending = session.scalars(
+        select(models.Page.id)
+        .where(models.Page.document_id == doc.id, models.Page.status == ir.PageStatus.pending)
+        .order_by(models.Page.number)
+    ).all()
+    return IngestOutcome(
+        document_id=doc.id,
+        status=ir.DocumentStatus(doc.status),
+        page_ids=list(pending),
+        created=created,
+        reason=doc.reason,
+    )
+
+
+def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
+    """OCR one page and commit all of it at once; a finished page is a no-op."""
+    from ocrfleet.pipeline.page import process_image
+
+    with ctx.session() as session:
+        page = session.get(models.Page, page_id)
+        if page is None:
+            raise LookupError(f"page {page_id} does not exist")
+        if page.status != ir.PageStatus.pending:
+            return ir.PageStatus(page.status)
+        number, image_uri = page.number, page.image_uri
+
+    image = load_image(ctx.store.get(ctx.store.key_of(image_uri)))
+    result = process_image(number, image, ctx.toolkit)
+    output_sha256 = hashlib.sha256(canonical_json(result.model_dump(mode="json")).encode())
+
+    with ctx.session() as session:
+        save_page_result(session, page_id, result)
+        _finish_page(
+            session,
+            page_id,
+            ir.PageStatus.done,
+            output_sha256=output_sha256.hexdigest(),
+            params=page_params(ctx, image),
+        )
+    return ir.PageStatus.done
+
+
+def page_params(ctx: Context, image: Any) -> dict[str, Any]:
+    """The effective parameters of this page's processing, recorded beside its output."""
+    return {"run_id": ctx.run_id, "width": image.width, "height": image.height}
+
+
+def fail_page(ctx: Context, page_id: int, reason: str) -> None:
+    """Terminal failure of one page; its document finishes as `partial`."""
+    with ctx.session() as session:
+        _finish_page(session, page_id, ir.PageStatus.failed, reason=reason)
+
+
+def _finish_page(
+    session: Session, page_id: int, status: ir.PageStatus, **values: Any
+) -> None:
+    """Mark a pending page finished and count it on its document, atomically.
+
+    The conditional update makes a redelivered page count once; the document's counters
+    and status move in one UPDATE so the last page to finish, whichever worker ran it,
+    marks the document done (no chord, no read-modify-write race)."""
+    doc_id = session.scalar(
+        update(models.Page)
+        .where(models.Page.id == page_id, models.Page.status == ir.PageStatus.pending)
+        .values(status=status, **values)
+        .returning(models.Page.document_id)
+    )
+    if doc_id is None:
+        return
+    doc = models.Document
+    done = doc.pages_done + (1 if status == ir.PageStatus.done else 0)
+    failed = doc.pages_failed + (1 if status == ir.PageStatus.failed else 0)
+    session.execute(
+        update(doc)
+        .where(doc.id == doc_id)
+        .values(
+            pages_done=done,
+            pages_failed=failed,
+            status=case(
+                (done + failed < doc.page_count, doc.status),
+                (failed > 0, ir.DocumentStatus.partial.value),
+                else_=ir.DocumentStatus.done.value,
+            ),
+        )
+    )

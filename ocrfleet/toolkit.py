@@ -1,0 +1,39 @@
+"""The models a process needs to OCR a page, loaded once per process.
+
+Workers load it after start and before the first task (never before a fork: CUDA does not
+survive one); `ocrfleet run` loads it once for the whole run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ocrfleet.config import Settings
+from ocrfleet.engines.base import Detector, Recogniser
+from ocrfleet.scorers.base import Scorer
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    settings: Settings
+    detector: Detector
+    recognisers: list[Recogniser]
+    scorer: Scorer
+
+
+def load_toolkit(settings: Settings) -> Toolkit:
+    from ocrfleet.engines import load_detector, load_recognisers
+    from ocrfleet.scorers import load_scorer
+
+    return Toolkit(
+        settings=settings,
+        detector=load_detector(settings),
+        recognisers=load_recognisers(settings),
+        scorer=load_scorer(settings),
+    )
+
+
+@lru_cache(maxsize=2)
+def get_toolkit(settings: Settings) -> Toolkit:
+    """The process-wide toolkit for these settings (Settings is frozen, hence hashable)."""
+    return load_toolkit(settings)
