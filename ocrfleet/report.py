@@ -1,0 +1,145 @@
+"""Read-side queries: what `ocrfleet run`, `results` and `status` print."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from ocrfleet.db import models
+
+
+@dataclass(frozen=True)
+class DocumentSummary:
+    document_id: int
+    sha256: str
+    status: str
+    reason: str | None
+    pages: int
+    pages_done: int
+    regions: int
+    flagged: int
+    mean_confidence: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def document_summaries(session: Session, document_ids: list[int]) -> list[DocumentSummary]:
+    """One summary per id, in the order given (an id may repeat)."""
+    docs = {
+        d.id: d
+        for d in session.scalars(
+            select(models.Document).where(models.Document.id.in_(set(document_ids)))
+        )
+    }
+    region_counts = dict(
+        session.execute(
+            select(models.Page.document_id, func.count(models.Region.id))
+            .join(models.Region, models.Region.page_id == models.Page.id)
+            .where(models.Page.document_id.in_(docs))
+            .group_by(models.Page.document_id)
+        ).all()
+    )
+    flag_counts = dict(
+        session.execute(
+            select(models.Page.document_id, func.count(models.ReviewFlag.id))
+            .join(models.Region, models.Region.page_id == models.Page.id)
+            .join(models.ReviewFlag, models.ReviewFlag.region_id == models.Region.id)
+            .where(models.Page.document_id.in_(docs))
+            .group_by(models.Page.document_id)
+        ).all()
+    )
+    chosen = (models.Candidate.region_id == models.Region.id) & (
+        models.Candidate.engine == models.Region.chosen_engine
+    )
+    confidences = dict(
+        session.execute(
+            select(models.Page.document_id, func.avg(models.Candidate.confidence))
+            .join(models.Region, models.Region.page_id == models.Page.id)
+            .join(models.Candidate, chosen)
+            .where(models.Page.document_id.in_(docs))
+            .group_by(models.Page.document_id)
+        ).all()
+    )
+    return [
+        DocumentSummary(
+            document_id=doc.id,
+            sha256=doc.sha256,
+            status=doc.status,
+            reason=doc.reason,
+            pages=doc.page_count or 0,
+            pages_done=doc.pages_done,
+            regions=region_counts.get(doc.id, 0),
+            flagged=flag_counts.get(doc.id, 0),
+            mean_confidence=(
+                None if confidences.get(doc.id) is None else float(confidences[doc.id])
+            ),
+        )
+        for doc in (docs[i] for i in document_ids)
+    ]
+
+
+def resolve_document(session: Session, ref: str) -> int | None:
+    """A document id, an input's sha256, or an input's path (hashed); newest match wins."""
+    import hashlib
+    from pathlib import Path
+
+    if ref.isdigit() and session.get(models.Document, int(ref)) is not None:
+        return int(ref)
+    sha256 = ref.lower()
+    path = Path(ref)
+    if path.is_file():
+        sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    return session.scalar(
+        select(models.Document.id)
+        .where(models.Document.sha256 == sha256)
+        .order_by(models.Document.created_at.desc(), models.Document.id.desc())
+        .limit(1)
+    )
+
+
+def document_text(session: Session, document_id: int) -> str:
+    """The document's text in reading order, from the `document_text` view."""
+    value = session.execute(
+        text("SELECT text FROM document_text WHERE document_id = :id"), {"id": document_id}
+    ).scalar_one_or_none()
+    return value or ""
+
+
+def document_json(session: Session, document_id: int) -> dict[str, Any]:
+    """The full structure: document, pages, and each page's regions, candidates, scores."""
+    from ocrfleet.db.persist import load_page_result
+
+    doc = session.get(models.Document, document_id)
+    assert doc is not None
+    pages = session.scalars(
+        select(models.Page).where(models.Page.document_id == document_id).order_by(models.Page.number)
+    ).all()
+    return {
+        "id": doc.id,
+        "run_id": doc.run_id,
+        "sha256": doc.sha256,
+        "source_uri": doc.source_uri,
+        "media_type": doc.media_type,
+        "status": doc.status,
+        "reason": doc.reason,
+        "page_count": doc.page_count,
+        "pages": [
+            {
+                "number": page.number,
+                "width": page.width,
+                "height": page.height,
+                "status": page.status,
+                "reason": page.reason,
+                "image_uri": page.image_uri,
+                "output_sha256": page.output_sha256,
+                "result": load_page_result(session, page.id).model_dump(mode="json")
+                if page.status == "done"
+                else None,
+            }
+            for page in pages
+        ],
+    }

@@ -1,0 +1,174 @@
+"""The embedded object store: a directory, addressed by `file://` URIs.
+
+Writes go to a temp file in the target directory and are renamed into place, so a reader
+never sees half an object and a crash leaves at most a hidden temp file. Every key is
+checked twice: by the shared key rules, then by resolving the real path and requiring it to
+stay under the root, so a symlink inside the store cannot lead a key outside it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import uuid
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import quote, unquote
+
+from ocrfleet.storage.base import (
+    AccessDenied,
+    InvalidKey,
+    ObjectNotFound,
+    ObjectStore,
+    StorageError,
+)
+from ocrfleet.storage.keys import validate_key, validate_prefix
+
+SCHEME = "file://"
+TEMP_PREFIX = ".ocrfleet-tmp-"  # names of in-flight writes; never listed, never valid keys
+
+
+def file_uri_to_path(uri: str) -> Path:
+    """`file:///abs/p` or `file://./rel/p` (relative to cwd) -> absolute path, percent-decoded.
+
+    Not resolved: symlinks are the store's business, and `..` in a URI is collapsed only
+    lexically so a containment check afterwards sees where the path really points.
+    """
+    if not uri.startswith(SCHEME):
+        raise ValueError(f"not a file:// URI: {uri!r}")
+    rest = unquote(uri[len(SCHEME) :])
+    if not rest:
+        raise ValueError(f"file:// URI without a path: {uri!r}")
+    if "\x00" in rest:
+        raise InvalidKey(f"file:// URI contains NUL: {uri!r}")
+    return Path(os.path.abspath(rest))
+
+
+def _raise_os_error(exc: OSError, what: str) -> NoReturn:
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+        raise ObjectNotFound(f"{what}: no such object") from exc
+    if isinstance(exc, PermissionError):
+        raise AccessDenied(f"{what}: permission denied") from exc
+    raise StorageError(f"{what}: {exc}") from exc
+
+
+class LocalStore(ObjectStore):
+    """Objects are files under `root`; keys map to relative paths."""
+
+    def __init__(self, url: str) -> None:
+        path = file_uri_to_path(url)
+        self._root = path.resolve()
+        self._url = self._root.as_uri()
+        # Also accept URIs built from the unresolved spelling of the root (a symlinked root).
+        self._roots = {str(self._root), str(path)}
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def _path(self, key: str) -> Path:
+        validate_key(key)
+        if key.rsplit("/", 1)[-1].startswith(TEMP_PREFIX):
+            raise InvalidKey(f"key names are reserved for temp files ({TEMP_PREFIX}*): {key!r}")
+        path = self._root / key
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError) as exc:  # symlink loop
+            raise InvalidKey(f"key {key!r} does not resolve: {exc}") from exc
+        if real == self._root or not real.is_relative_to(self._root):
+            raise InvalidKey(f"key {key!r} resolves outside the store root {self._root}")
+        return path
+
+    def put(self, key: str, data: bytes, content_type: str | None = None) -> str:
+        """`content_type` is accepted for parity with S3 and not stored."""
+        path = self._path(key)
+        what = f"put {self.uri(key)}"
+        if path.is_dir():
+            raise StorageError(f"{what}: a directory of that name holds other keys")
+        temp = path.parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(temp, path)
+            except BaseException:
+                temp.unlink(missing_ok=True)
+                raise
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise StorageError(f"{what}: a parent segment of the key is an object") from exc
+        except PermissionError as exc:
+            raise AccessDenied(f"{what}: permission denied") from exc
+        except OSError as exc:
+            raise StorageError(f"{what}: {exc}") from exc
+        return self.uri(key)
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            _raise_os_error(exc, f"get {self.uri(key)}")
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        if path.is_dir():
+            return  # a "directory" is not an object: nothing to delete, as on S3
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            _raise_os_error(exc, f"delete {self.uri(key)}")
+
+    def list(self, prefix: str = "") -> builtins.list[str]:
+        validate_prefix(prefix)
+        head, _, partial = prefix.rpartition("/")
+        start = self._root / head if head else self._root
+        try:
+            real_start = start.resolve()
+        except (OSError, RuntimeError):
+            return []
+        if not real_start.is_relative_to(self._root) or not real_start.is_dir():
+            return []
+        keys: builtins.list[str] = []
+        for dirpath, dirnames, filenames in os.walk(start):
+            rel_dir = Path(dirpath).relative_to(self._root).as_posix()
+            base = "" if rel_dir == "." else rel_dir + "/"
+            if dirpath == str(start):
+                dirnames[:] = [name for name in dirnames if name.startswith(partial)]
+            for name in filenames:
+                key = base + name
+                if name.startswith(TEMP_PREFIX) or not key.startswith(prefix):
+                    continue
+                if self._listable(key):
+                    keys.append(key)
+        return sorted(keys)
+
+    def _listable(self, key: str) -> bool:
+        try:
+            return self._path(key).is_file()
+        except InvalidKey:
+            return False  # a file name that is no valid key, or a symlink leading out
+
+    def uri(self, key: str) -> str:
+        validate_key(key)
+        return f"{self._url}/{quote(key, safe='/')}"
+
+    def key_of(self, uri: str) -> str:
+        try:
+            path = str(file_uri_to_path(uri))
+        except ValueError as exc:
+            raise InvalidKey(f"{uri!r} is not inside {self._url}: {exc}") from exc
+        for root in self._roots:
+            if path.startswith(root.rstrip("/") + "/"):
+                return validate_key(path[len(root.rstrip("/")) + 1 :])
+        raise InvalidKey(f"{uri!r} is not inside {self._url}")

