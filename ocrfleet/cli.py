@@ -121,6 +121,7 @@ def results(
     if fmt not in ("text", "json"):
         raise _usage_error(f"--format must be text or json, not {fmt!r}")
     settings = get_settings()
+    _ensure_schema(settings.database_url)
     with session_scope(settings.database_url) as session:
         document_id = resolve_document(session, doc)
         if document_id is None:

@@ -1,0 +1,135 @@
+"""`ocrfleet run` end to end through the real CLI on embedded defaults: real engines on the
+bundled examples, a real SQLite file, a real store directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from ocrfleet.metrics import cer, normalize_ws
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def ocrfleet(args: list[str], workdir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {
+        **os.environ,
+        "OCRFLEET_DATABASE_URL": f"sqlite:///{workdir / 'ocrfleet.db'}",
+        "OCRFLEET_STORE_URL": f"file://{workdir / 'store'}",
+        "OMP_THREAD_LIMIT": "1",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "ocrfleet.cli", *args],
+        cwd=workdir,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def page_texts(workdir: Path) -> dict[tuple[str, int], str]:
+    engine = create_engine(f"sqlite:///{workdir / 'ocrfleet.db'}")
+    texts: dict[tuple[str, int], list[str]] = {}
+    with engine.connect() as conn:
+        for uri, page, line in conn.execute(
+            text(
+                "SELECT d.source_uri, l.page_number, l.text FROM document_text_lines l "
+                "JOIN documents d ON d.id = l.document_id "
+                "ORDER BY d.id, l.page_number, l.region_number"
+            )
+        ):
+            texts.setdefault((Path(uri).name, page), []).append(line or "")
+    engine.dispose()
+    return {key: "\n".join(lines) for key, lines in texts.items()}
+
+
+@pytest.fixture(scope="module")
+def examples_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    workdir = tmp_path_factory.mktemp("run")
+    done = ocrfleet(["run", "--json", str(EXAMPLES)], workdir)
+    assert done.returncode == 0, done.stderr
+    return workdir, json.loads(done.stdout)
+
+
+def example_inputs() -> list[Path]:
+    return sorted(p for p in EXAMPLES.iterdir() if p.with_name(p.stem + ".gt.txt").exists())
+
+
+def test_examples_exist() -> None:
+    assert len(example_inputs()) >= 3
+
+
+@pytest.mark.parametrize("source", example_inputs(), ids=lambda p: p.name)
+def test_example_text_is_recovered(examples_run: tuple[Path, list[dict]], source: Path) -> None:
+    workdir, summary = examples_run
+    row = next(r for r in summary if Path(r["input"]).name == source.name)
+    assert row["status"] == "done"
+    truth_pages = source.with_name(source.stem + ".gt.txt").read_text().split("\f")
+    assert row["pages"] == len(truth_pages)
+    texts = page_texts(workdir)
+    for number, truth in enumerate(truth_pages, start=1):
+        hypothesis = texts.get((source.name, number), "")
+        assert cer(normalize_ws(hypothesis), normalize_ws(truth)) <= 0.05, (number, hypothesis)
+
+
+def test_second_run_is_a_noop_reporting_the_same_documents(
+    examples_run: tuple[Path, list[dict]],
+) -> None:
+    workdir, first = examples_run
+    engine = create_engine(f"sqlite:///{workdir / 'ocrfleet.db'}")
+    with engine.connect() as conn:
+        before = conn.execute(text("SELECT count(*) FROM candidates")).scalar_one()
+    again = ocrfleet(["run", "--json", str(EXAMPLES)], workdir)
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert [r["document_id"] for r in second] == [r["document_id"] for r in first]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM candidates")).scalar_one() == before
+        assert conn.execute(text("SELECT count(*) FROM runs")).scalar_one() == 1
+    engine.dispose()
+
+
+def test_results_prints_text_and_json(examples_run: tuple[Path, list[dict]]) -> None:
+    workdir, summary = examples_run
+    source = example_inputs()[0]
+    as_text = ocrfleet(["results", str(source)], workdir)
+    assert as_text.returncode == 0, as_text.stderr
+    truth = source.with_name(source.stem + ".gt.txt").read_text().replace("\f", "\n")
+    assert cer(normalize_ws(as_text.stdout), normalize_ws(truth)) <= 0.05
+    as_json = ocrfleet(["results", str(summary[0]["document_id"]), "--format", "json"], workdir)
+    structure = json.loads(as_json.stdout)
+    assert structure["status"] == "done"
+    assert structure["pages"][0]["result"]["regions"]
+
+
+def test_bad_inputs_are_rejected_and_the_run_goes_on(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "empty.pdf").write_bytes(b"")
+    (inputs / "notes.png").write_bytes(b"this is plain text, not an image\n" * 20)
+    good = example_inputs()[0]
+    (inputs / good.name).write_bytes(good.read_bytes())
+    done = ocrfleet(["run", "--json", str(inputs)], tmp_path)
+    assert done.returncode == 1, done.stderr
+    rows = {Path(r["input"]).name: r for r in json.loads(done.stdout)}
+    assert rows["empty.pdf"]["status"] == "rejected"
+    assert rows["empty.pdf"]["reason"].startswith("empty_file")
+    assert rows["notes.png"]["status"] == "rejected"
+    assert rows["notes.png"]["reason"].startswith("unsupported_type")
+    assert rows[good.name]["status"] == "done"
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert ocrfleet(["run", str(tmp_path / "missing")], tmp_path).returncode == 2
+    assert ocrfleet(["results", "12345"], tmp_path).returncode == 2
