@@ -1,0 +1,93 @@
+"""The object store: `open_store()` picks the backend from the URL's scheme.
+
+`file://` is the embedded default (a directory), `s3://bucket/prefix` the fleet's store.
+Messages carry URIs from `store.uri()`/`put()`; `read_uri()` reads any of them back.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ocrfleet.config import Settings
+from ocrfleet.storage.base import (
+    AccessDenied,
+    InvalidKey,
+    ObjectNotFound,
+    ObjectStore,
+    StorageError,
+    TransientStorageError,
+)
+from ocrfleet.storage.keys import join_key, validate_key, validate_prefix
+from ocrfleet.storage.local import LocalStore, file_uri_to_path
+from ocrfleet.storage.s3 import S3Store, parse_s3_uri
+
+__all__ = [
+    "AccessDenied",
+    "InvalidKey",
+    "LocalStore",
+    "ObjectNotFound",
+    "ObjectStore",
+    "S3Store",
+    "StorageError",
+    "TransientStorageError",
+    "join_key",
+    "open_store",
+    "read_uri",
+    "validate_key",
+    "validate_prefix",
+]
+
+
+def open_store(settings: Settings, url: str | None = None) -> ObjectStore:
+    """The store at `url` (default `settings.store_url`). Open once and reuse: S3 stores keep
+    their client."""
+    url = settings.store_url if url is None else url
+    if url.startswith("file://"):
+        return LocalStore(url)
+    if url.startswith("s3://"):
+        return S3Store(url, settings)
+    raise ValueError(
+        f"unsupported store URL {url!r}: use file://./dir, file:///abs/dir or s3://bucket/prefix"
+    )
+
+
+_bucket_stores: dict[tuple[str, str | None, str, int], S3Store] = {}
+_bucket_stores_lock = threading.Lock()
+
+
+def _bucket_store(bucket: str, settings: Settings) -> S3Store:
+    """One cached store (hence one client) per bucket and S3 settings, for read_uri."""
+    cache_key = (bucket, settings.s3_endpoint_url, settings.s3_region, settings.s3_max_attempts)
+    with _bucket_stores_lock:
+        store = _bucket_stores.get(cache_key)
+        if store is None:
+            store = _bucket_stores[cache_key] = S3Store(f"s3://{bucket}", settings)
+        return store
+
+
+def read_uri(uri: str, settings: Settings) -> bytes:
+    """Bytes behind `s3://bucket/key`, `file://...` or a plain local path.
+
+    Local paths are read as given (no store root applies): whoever can enqueue a URI can make
+    a worker read any file that worker may read.
+    """
+    if uri.startswith("s3://"):
+        bucket, key = parse_s3_uri(uri)
+        return _bucket_store(bucket, settings).get(key)
+    if uri.startswith("file://"):
+        path = file_uri_to_path(uri)
+    elif "://" in uri:
+        raise ValueError(f"unsupported URI scheme in {uri!r}: use s3://, file:// or a path")
+    else:
+        if not uri or "\x00" in uri:
+            raise InvalidKey(f"not a usable path: {uri!r}")
+        path = Path(uri)
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+        raise ObjectNotFound(f"read {uri}: no such file") from exc
+    except PermissionError as exc:
+        raise AccessDenied(f"read {uri}: permission denied") from exc
+    except OSError as exc:
+        raise StorageError(f"read {uri}: {exc}") from exc

@@ -59,8 +59,10 @@ class LocalStore(ObjectStore):
         path = file_uri_to_path(url)
         self._root = path.resolve()
         self._url = self._root.as_uri()
-        # Also accept URIs built from the unresolved spelling of the root (a symlinked root).
-        self._roots = {str(self._root), str(path)}
+        # key_of() also accepts URIs spelled like the URL the store was opened with
+        # (`file://./store/k`, a symlinked root), compared as strings: no normalisation.
+        given = unquote(url[len(SCHEME) :]).rstrip("/")
+        self._root_spellings = sorted({str(self._root), str(path), given}, key=len, reverse=True)
 
     @property
     def url(self) -> str:
@@ -161,14 +163,14 @@ class LocalStore(ObjectStore):
 
     def uri(self, key: str) -> str:
         validate_key(key)
-        return f"{self._url}/{quote(key, safe='/')}"
+        return f"{self._url.rstrip('/')}/{quote(key, safe='/')}"
 
     def key_of(self, uri: str) -> str:
-        try:
-            path = str(file_uri_to_path(uri))
-        except ValueError as exc:
-            raise InvalidKey(f"{uri!r} is not inside {self._url}: {exc}") from exc
-        for root in self._roots:
-            if path.startswith(root.rstrip("/") + "/"):
-                return validate_key(path[len(root.rstrip("/")) + 1 :])
+        if not uri.startswith(SCHEME):
+            raise InvalidKey(f"{uri!r} is not inside {self._url}: not a file:// URI")
+        raw = unquote(uri[len(SCHEME) :])
+        for root in self._root_spellings:
+            head = root.rstrip("/") + "/"
+            if raw.startswith(head):
+                return validate_key(raw[len(head) :])
         raise InvalidKey(f"{uri!r} is not inside {self._url}")
