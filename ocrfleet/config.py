@@ -37,6 +37,7 @@ class Settings(BaseSettings):
     jev_model_path: Path | None = None
     dpi: int = Field(200, ge=36, le=600)
     rec_batch_size: int = Field(16, ge=1)
+    tesseract_lang: str = Field("eng", description="tesseract -l value, e.g. eng or eng+chi_sim")
     threshold_text: float = Field(0.5, ge=0.0, le=1.0)
     threshold_formula: float = Field(0.5, ge=0.0, le=1.0)
     threshold_table: float = Field(0.5, ge=0.0, le=1.0)
@@ -45,6 +46,9 @@ class Settings(BaseSettings):
     jev_device: str = "auto"
     jev_batch_size: int = Field(8, ge=1)
     jev_attn_implementation: str = "sdpa"
+    render_font_path: Path = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
+    precheck_min_side_px: int = Field(4, ge=1, description="crops thinner than this are not scored")
+    precheck_max_text_chars: int = Field(4096, ge=1, description="longer candidates are not scored")
 
     # Input limits: over any of them an input is `rejected`, never a crash.
     max_input_bytes: int = Field(256 * 1024 * 1024, ge=1)
@@ -58,6 +62,9 @@ class Settings(BaseSettings):
     visibility_timeout: int = Field(3600, ge=1)
     worker_max_tasks: int = Field(500, ge=1)
     worker_max_memory_mb: int = Field(8192, ge=64)
+    onnx_threads: int | None = Field(
+        None, ge=1, description="onnxruntime intra-op threads for RapidOCR; unset: its default"
+    )
 
     @field_validator("engines", mode="before")
     @classmethod
