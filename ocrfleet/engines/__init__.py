@@ -1,0 +1,80 @@
+"""Engines by name: the detector and the recognisers named in `settings.engines`.
+
+Engine modules are imported inside the functions, so importing `ocrfleet.engines` loads no
+model runtime and a tesseract-only process never imports onnxruntime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ocrfleet.config import Settings
+from ocrfleet.engines.base import Detector, Recogniser
+
+__all__ = ["describe_engines", "load_detector", "load_recognisers"]
+
+
+def load_detector(settings: Settings) -> Detector:
+    """The region detector (RapidOCR's text-line detector; the only one so far)."""
+    from ocrfleet.engines.rapidocr import RapidDetector
+
+    return RapidDetector(threads=settings.onnx_threads)
+
+
+def load_recognisers(settings: Settings) -> list[Recogniser]:
+    """One recogniser per name in `settings.engines`, in that order. Fails at load time, not
+    at the first page, when a model, binary or language is missing."""
+    return [_load_recogniser(name, settings) for name in settings.engines]
+
+
+def describe_engines(settings: Settings) -> dict[str, Any]:
+    """Names and versions of the detector and recognisers, without loading any model (for
+    run_id: a version changes when a model file, engine version or output parameter does)."""
+    from ocrfleet.engines.rapidocr import detector_version
+
+    return {
+        "detector": {"name": "rapidocr", "version": detector_version()},
+        "recognisers": [
+            {"name": name, "version": _recogniser_version(name, settings)}
+            for name in settings.engines
+        ],
+    }
+
+
+def _load_recogniser(name: str, settings: Settings) -> Recogniser:
+    if name == "rapidocr":
+        from ocrfleet.engines.rapidocr import RapidRecogniser
+
+        return RapidRecogniser(batch_size=settings.rec_batch_size, threads=settings.onnx_threads)
+    if name == "tesseract":
+        from ocrfleet.engines.tesseract import TesseractRecogniser
+
+        return TesseractRecogniser(lang=settings.tesseract_lang)
+    if name == "minicpm":
+        _minicpm_unavailable(settings)
+    raise ValueError(f"unknown engine {name!r}; known: rapidocr, tesseract, minicpm")
+
+
+def _recogniser_version(name: str, settings: Settings) -> str:
+    if name == "rapidocr":
+        from ocrfleet.engines.rapidocr import recogniser_version
+
+        return recogniser_version()
+    if name == "tesseract":
+        from ocrfleet.engines.tesseract import tesseract_version
+
+        return tesseract_version(settings.tesseract_lang)
+    if name == "minicpm":
+        _minicpm_unavailable(settings)
+    raise ValueError(f"unknown engine {name!r}; known: rapidocr, tesseract, minicpm")
+
+
+def _minicpm_unavailable(settings: Settings) -> None:
+    where = (
+        "is not set" if settings.minicpm_model_path is None else f"is {settings.minicpm_model_path}"
+    )
+    raise NotImplementedError(
+        "minicpm engine needs OCRFLEET_MINICPM_MODEL_PATH (a local MiniCPM-OCR checkpoint "
+        f"folder; it {where}) and is not implemented in this build yet; use "
+        "OCRFLEET_ENGINES=rapidocr or rapidocr,tesseract"
+    )

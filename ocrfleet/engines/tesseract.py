@@ -1,0 +1,154 @@
+"""Tesseract as a line recogniser (`--psm 7`), one tesseract process per batch.
+
+The binary is run directly rather than through pytesseract for two reasons: pytesseract
+hands its subprocess the process-wide `os.environ`, so `OMP_THREAD_LIMIT=1` (tesseract's
+OpenMP otherwise oversubscribes shared cores) could only be set for the whole worker,
+where it would also throttle torch's OpenMP; and tesseract reads a whole batch from a list
+file in one process, which saves loading the language model once per crop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from PIL import Image
+
+PSM_SINGLE_LINE = 7
+_TIMEOUT_BASE_S = 60
+_TIMEOUT_PER_CROP_S = 10
+
+
+def _run(
+    binary: str, args: list[str], timeout: int = _TIMEOUT_BASE_S
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [binary, *args],
+        env={**os.environ, "OMP_THREAD_LIMIT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"tesseract {args[0]} exited {done.returncode}: {done.stderr.strip()[-500:]}"
+        )
+    return done
+
+
+def _probe(cmd: str, lang: str) -> tuple[str, str]:
+    """(binary path, version) after checking the binary and every language exist.
+
+    version = `<tesseract version>+<hash of that version line, psm, lang and the sha256 of
+    each traineddata file>`: it enters run_id."""
+    binary = shutil.which(cmd)
+    if binary is None:
+        raise FileNotFoundError(
+            f"tesseract binary {cmd!r} not found on PATH; install it "
+            "(Debian: apt-get install tesseract-ocr tesseract-ocr-eng)"
+        )
+    listing = _run(binary, ["--list-langs"]).stdout
+    found = re.search(r'"(.+?)"', listing)
+    if found is None:
+        raise RuntimeError(f"cannot read tesseract's tessdata folder from {listing[:200]!r}")
+    tessdata = Path(found.group(1))
+    installed = {line.strip() for line in listing.splitlines()[1:] if line.strip()}
+    wanted = [part for part in lang.split("+") if part]
+    missing = [part for part in wanted if part not in installed]
+    if not wanted or missing:
+        raise ValueError(
+            f"tesseract language {lang!r}: {missing or 'no language'} not installed in "
+            f"{tessdata} (installed: {sorted(installed)}); install the matching "
+            "tesseract-ocr-<lang> package or set OCRFLEET_TESSERACT_LANG"
+        )
+    version_line = _run(binary, ["--version"]).stdout.splitlines()[0].strip()
+    digest = hashlib.sha256(f"{version_line};psm={PSM_SINGLE_LINE};lang={lang}".encode())
+    for part in wanted:
+        digest.update(_file_sha256(tessdata / f"{part}.traineddata").encode())
+    return binary, f"{version_line.split()[-1]}+{digest.hexdigest()[:12]}"
+
+
+def tesseract_version(lang: str = "eng", cmd: str = "tesseract") -> str:
+    """The recogniser's version without constructing it (for run_id)."""
+    return _probe(cmd, lang)[1]
+
+
+class TesseractRecogniser:
+    """Reads each crop as one text line; confidence = mean word confidence / 100, None when
+    tesseract finds no word."""
+
+    name = "tesseract"
+
+    def __init__(self, lang: str = "eng", cmd: str = "tesseract") -> None:
+        self._binary, self.version = _probe(cmd, lang)
+        self.lang = lang
+
+    def recognise(self, crops: list[Image.Image]) -> list[tuple[str, float | None]]:
+        if not crops:
+            return []
+        for crop in crops:
+            if crop.width == 0 or crop.height == 0:
+                raise ValueError(f"empty image {crop.width}x{crop.height}: nothing to read")
+        with tempfile.TemporaryDirectory(prefix="ocrfleet-tess-") as tmp:
+            folder = Path(tmp)
+            paths = []
+            for index, crop in enumerate(crops):
+                path = folder / f"{index:05d}.png"
+                crop.convert("RGB").save(path)
+                paths.append(str(path))
+            listing = folder / "crops.txt"  # not an image: tesseract reads it as a list
+            listing.write_text("\n".join(paths) + "\n")
+            _run(
+                self._binary,
+                [str(listing), str(folder / "out"), "--psm", str(PSM_SINGLE_LINE)]
+                + ["-l", self.lang, "tsv"],
+                timeout=_TIMEOUT_BASE_S + _TIMEOUT_PER_CROP_S * len(crops),
+            )
+            tsv = (folder / "out.tsv").read_text(encoding="utf-8")
+        return _parse_tsv(tsv, len(crops))
+
+
+def _parse_tsv(tsv: str, count: int) -> list[tuple[str, float | None]]:
+    """Words of each listed image (TSV `page_num`, 1-based), joined by spaces per line."""
+    lines: list[dict[tuple[int, int, int], list[str]]] = [{} for _ in range(count)]
+    confs: list[list[float]] = [[] for _ in range(count)]
+    rows = tsv.splitlines()
+    header = rows[0].split("\t") if rows else []
+    col = {name: i for i, name in enumerate(header)}
+    for row in rows[1:]:
+        cells = row.split("\t")
+        if len(cells) < len(header) or cells[col["level"]] != "5":
+            continue
+        text, conf = cells[col["text"]].strip(), float(cells[col["conf"]])
+        if not text or conf < 0:
+            continue
+        page = int(cells[col["page_num"]]) - 1
+        if not 0 <= page < count:
+            raise RuntimeError(f"tesseract reported page {page + 1} for {count} crops")
+        key = (
+            int(cells[col["block_num"]]),
+            int(cells[col["par_num"]]),
+            int(cells[col["line_num"]]),
+        )
+        lines[page].setdefault(key, []).append(text)
+        confs[page].append(conf)
+    results: list[tuple[str, float | None]] = []
+    for page_lines, page_confs in zip(lines, confs, strict=True):
+        text = "\n".join(" ".join(words) for _, words in sorted(page_lines.items()))
+        confidence = sum(page_confs) / len(page_confs) / 100 if page_confs else None
+        results.append((text, None if confidence is None else min(max(confidence, 0.0), 1.0)))
+    return results
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

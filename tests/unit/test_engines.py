@@ -1,0 +1,260 @@
+"""Region OCR engines and the recognise stage, on real pixels with the real engines."""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+
+import pytest
+from PIL import Image
+
+from ocrfleet import ir
+from ocrfleet.config import Settings
+from ocrfleet.engines import describe_engines, load_detector, load_recognisers
+from ocrfleet.engines.rapidocr import (
+    DET_MODEL,
+    RapidDetector,
+    RapidRecogniser,
+    detector_version,
+    recogniser_version,
+)
+from ocrfleet.engines.tesseract import TesseractRecogniser, tesseract_version
+from ocrfleet.metrics import cer
+from ocrfleet.pipeline.recognise import recognise
+from ocrfleet.pipeline.regions import detect_regions
+from tests.conftest import REALDOCS
+from tests.unit.synthetic import draw_page, line_image
+
+LINES = [
+    "The quick brown fox jumps over the lazy dog",
+    "Invoice 2024-117: total due 1,250.00 EUR",
+    "Pack my box with five dozen liquor jugs.",
+    "short",
+    "Sphinx of black quartz, judge my vow",
+    "A much longer line of plain running text that goes on for quite a while",
+    "42",
+    "Email: someone@example.org",
+]
+
+
+@pytest.fixture(scope="module")
+def rapid() -> RapidRecogniser:
+    return RapidRecogniser(batch_size=16)
+
+
+@pytest.fixture(scope="module")
+def tess() -> TesseractRecogniser:
+    return TesseractRecogniser()
+
+
+@pytest.fixture(scope="module")
+def detector() -> RapidDetector:
+    return RapidDetector()
+
+
+@pytest.fixture(scope="module")
+def line_images() -> list[Image.Image]:
+    return [line_image(text) for text in LINES]
+
+
+@pytest.fixture(scope="module")
+def page() -> tuple[Image.Image, list[str]]:
+    texts = LINES[:5]
+    image, _ = draw_page(
+        (1000, 60 + 70 * len(texts)), [(40, 30 + 70 * i, t) for i, t in enumerate(texts)]
+    )
+    return image, texts
+
+
+# --- RapidOCR ---------------------------------------------------------------------------------
+
+
+def test_rapid_recogniser_reads_rendered_lines(rapid, line_images):
+    readings = rapid.recognise(line_images)
+    assert len(readings) == len(LINES)
+    for (text, confidence), truth in zip(readings, LINES, strict=True):
+        assert cer(text, truth) <= 0.05, (text, truth)
+        assert confidence is not None and 0.5 < confidence <= 1.0
+
+
+def test_rapid_batching_never_changes_a_reading(line_images):
+    one_at_a_time = RapidRecogniser(batch_size=1)
+    expected = [one_at_a_time.recognise([image])[0] for image in line_images]
+    for batch_size in (1, 3, 16):
+        assert RapidRecogniser(batch_size=batch_size).recognise(line_images) == expected
+    order = list(range(len(line_images)))
+    random.Random(7).shuffle(order)
+    shuffled = RapidRecogniser(batch_size=3).recognise([line_images[i] for i in order])
+    assert [shuffled[order.index(i)] for i in range(len(order))] == expected
+
+
+def test_rapid_recogniser_rejects_an_empty_crop(rapid):
+    with pytest.raises(ValueError, match="empty image 0x30"):
+        rapid.recognise([Image.new("RGB", (0, 30))])
+    assert rapid.recognise([]) == []
+
+
+def test_missing_model_is_a_clear_error_never_a_download(tmp_path):
+    missing = tmp_path / DET_MODEL.name
+    for build in (
+        lambda: RapidDetector(model_path=missing),
+        lambda: RapidRecogniser(model_path=missing),
+        lambda: detector_version(missing),
+    ):
+        with pytest.raises(FileNotFoundError, match="never downloaded") as info:
+            build()
+        assert str(missing) in str(info.value)
+
+
+def test_recognition_model_without_an_embedded_alphabet_is_refused():
+    # rapidocr would fetch a dictionary file for such a model; we refuse it instead
+    with pytest.raises(ValueError, match="alphabet"):
+        RapidRecogniser(model_path=DET_MODEL)
+
+
+def test_versions_are_stable_and_follow_the_model_bytes(tmp_path, rapid, detector):
+    assert rapid.version == recogniser_version() == RapidRecogniser(batch_size=2).version
+    assert detector.version == detector_version()
+    assert rapid.version != detector.version
+    copy = tmp_path / DET_MODEL.name
+    shutil.copyfile(DET_MODEL, copy)
+    assert detector_version(copy) == detector.version
+    with copy.open("r+b") as fh:
+        fh.seek(-1, 2)
+        last = fh.read(1)
+        fh.seek(-1, 2)
+        fh.write(bytes([last[0] ^ 0xFF]))
+    assert detector_version(copy) != detector.version
+
+
+def test_rapidocr_does_not_log_at_info(capfd):
+    RapidDetector()
+    RapidRecogniser()
+    assert logging.getLogger("RapidOCR").getEffectiveLevel() >= logging.WARNING
+    assert "[INFO]" not in capfd.readouterr().err
+
+
+def test_thread_setting_is_accepted_and_reads_the_same(rapid, line_images):
+    assert RapidRecogniser(threads=1).recognise(line_images[:3]) == rapid.recognise(line_images[:3])
+
+
+# --- tesseract --------------------------------------------------------------------------------
+
+
+def test_tesseract_reads_a_line(tess):
+    [(text, confidence)] = tess.recognise([line_image(LINES[0])])
+    assert cer(text, LINES[0]) < 0.1, text
+    assert confidence is not None and 0.5 < confidence <= 1.0
+
+
+def test_tesseract_gives_no_confidence_when_it_finds_no_word(tess):
+    assert tess.recognise([Image.new("RGB", (2, 30), "white")]) == [("", None)]
+
+
+def test_tesseract_batch_equals_one_at_a_time(tess, line_images):
+    assert tess.recognise(line_images) == [tess.recognise([im])[0] for im in line_images]
+
+
+def test_tesseract_missing_language_or_binary_is_a_clear_error():
+    with pytest.raises(ValueError, match="'klingon'.*not installed"):
+        TesseractRecogniser(lang="eng+klingon")
+    with pytest.raises(FileNotFoundError, match="not found on PATH"):
+        TesseractRecogniser(cmd="no-such-tesseract-binary")
+
+
+def test_tesseract_version_names_release_and_language(tess):
+    assert tess.version == tesseract_version("eng")
+    assert tess.version.split("+")[0][0].isdigit()
+    assert tesseract_version("chi_sim") != tess.version
+
+
+# --- the recognise stage ----------------------------------------------------------------------
+
+
+def test_every_engine_reads_every_region(page, detector, rapid, tess):
+    image, texts = page
+    regions = detect_regions(image, detector)
+    candidates = recognise(image, regions, [rapid, tess], batch_size=4)
+    assert [(c.region_number, c.engine) for c in candidates] == [
+        (r.number, name) for r in regions for name in ("rapidocr", "tesseract")
+    ]
+    for engine in ("rapidocr", "tesseract"):
+        read = [c.text for c in candidates if c.engine == engine]
+        assert cer("\n".join(read), "\n".join(texts)) < 0.05, read
+        assert all(c.error is None for c in candidates)
+
+
+def test_stage_batch_size_does_not_change_candidates(page, detector, rapid, tess):
+    image, _ = page
+    regions = detect_regions(image, detector)
+    one = recognise(image, regions, [rapid, tess], batch_size=1)
+    assert recognise(image, regions, [rapid, tess], batch_size=3) == one
+    assert recognise(image, regions, [rapid, tess], batch_size=64) == one
+
+
+def test_a_crop_an_engine_cannot_read_costs_that_region_only(page, detector, rapid, tess):
+    image, _ = page
+    good = detect_regions(image, detector)
+    # a real degenerate region: zero width, so both engines raise on its crop
+    flat = ir.Region(number=len(good) + 1, bbox=ir.BBox(x0=50, y0=40, x1=50, y1=80))
+    candidates = recognise(image, [*good, flat], [rapid, tess], batch_size=4)
+    bad = [c for c in candidates if c.region_number == flat.number]
+    assert [c.engine for c in bad] == ["rapidocr", "tesseract"]
+    for c in bad:
+        assert c.text == "" and c.confidence is None
+        assert c.error is not None and "empty image 0x40" in c.error
+    rest = [c for c in candidates if c.region_number != flat.number]
+    assert rest == recognise(image, good, [rapid, tess], batch_size=4)
+
+
+def test_stage_rejects_bad_arguments(page, rapid):
+    image, _ = page
+    with pytest.raises(ValueError, match="batch_size"):
+        recognise(image, [], [rapid], batch_size=0)
+    with pytest.raises(ValueError, match="unique"):
+        recognise(image, [], [rapid, rapid], batch_size=1)
+
+
+# --- loading by settings ----------------------------------------------------------------------
+
+
+def test_engines_load_by_name_in_settings_order():
+    settings = Settings(engines=["tesseract", "rapidocr"], rec_batch_size=5)
+    recognisers = load_recognisers(settings)
+    assert [r.name for r in recognisers] == ["tesseract", "rapidocr"]
+    assert recognisers[1].batch_size == 5
+    detector = load_detector(settings)
+    described = describe_engines(settings)
+    assert described == {
+        "detector": {"name": "rapidocr", "version": detector.version},
+        "recognisers": [{"name": r.name, "version": r.version} for r in recognisers],
+    }
+
+
+def test_tesseract_language_comes_from_settings():
+    [rec] = load_recognisers(Settings(engines=["tesseract"], tesseract_lang="chi_sim"))
+    assert rec.lang == "chi_sim"
+    with pytest.raises(ValueError, match="not installed"):
+        load_recognisers(Settings(engines=["tesseract"], tesseract_lang="nope"))
+
+
+def test_minicpm_says_what_it_needs():
+    settings = Settings(engines=["minicpm"])
+    for call in (load_recognisers, describe_engines):
+        with pytest.raises(NotImplementedError, match="OCRFLEET_MINICPM_MODEL_PATH"):
+            call(settings)
+
+
+# --- real documents ---------------------------------------------------------------------------
+
+
+def test_phototest_page_reads_with_low_error(detector, rapid, tess):
+    folder = REALDOCS / "tesseract_test"
+    image = Image.open(folder / "phototest.tif").convert("RGB")
+    truth = (folder / "phototest.txt").read_text(encoding="utf-8")
+    regions = detect_regions(image, detector)
+    candidates = recognise(image, regions, [rapid, tess], batch_size=16)
+    for engine in ("rapidocr", "tesseract"):
+        text = "\n".join(c.text for c in candidates if c.engine == engine)
+        assert cer(text, truth) < 0.10, (engine, text)
