@@ -98,7 +98,7 @@ def _print_summary(rows: list, names: list[str], as_json: bool) -> None:
         return
     table = Table(title="ocrfleet run")
     for column in ("document", "id", "pages", "regions", "flagged", "mean conf", "status"):
-        table.add_column(column, justify="right" if column != "document" else "left")
+        table.add_column(column, justify="left" if column == "document" else "right", overflow="fold")
     for name, row in zip(names, rows, strict=True):
         status = row.status if not row.reason else f"{row.status}: {row.reason}"
         conf = "" if row.mean_confidence is None else f"{row.mean_confidence:.3f}"

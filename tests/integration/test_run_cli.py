@@ -63,7 +63,7 @@ def examples_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[d
 
 
 def example_inputs() -> list[Path]:
-    return sorted(p for p in EXAMPLES.iterdir() if p.with_name(p.stem + ".gt.txt").exists())
+    return sorted(p for p in EXAMPLES.iterdir() if p.with_name(p.name + ".gt.txt").exists())
 
 
 def test_examples_exist() -> None:
@@ -75,7 +75,7 @@ def test_example_text_is_recovered(examples_run: tuple[Path, list[dict]], source
     workdir, summary = examples_run
     row = next(r for r in summary if Path(r["input"]).name == source.name)
     assert row["status"] == "done"
-    truth_pages = source.with_name(source.stem + ".gt.txt").read_text().split("\f")
+    truth_pages = source.with_name(source.name + ".gt.txt").read_text().split("\f")
     assert row["pages"] == len(truth_pages)
     texts = page_texts(workdir)
     for number, truth in enumerate(truth_pages, start=1):
@@ -105,7 +105,7 @@ def test_results_prints_text_and_json(examples_run: tuple[Path, list[dict]]) -> 
     source = example_inputs()[0]
     as_text = ocrfleet(["results", str(source)], workdir)
     assert as_text.returncode == 0, as_text.stderr
-    truth = source.with_name(source.stem + ".gt.txt").read_text().replace("\f", "\n")
+    truth = source.with_name(source.name + ".gt.txt").read_text().replace("\f", "\n")
     assert cer(normalize_ws(as_text.stdout), normalize_ws(truth)) <= 0.05
     as_json = ocrfleet(["results", str(summary[0]["document_id"]), "--format", "json"], workdir)
     structure = json.loads(as_json.stdout)
