@@ -1,0 +1,96 @@
+"""Scorers: the one the settings name (`consensus` on CPU, `jev` on GPU), and its
+description for run_id, which needs no model loaded."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ocrfleet.config import Settings
+
+if TYPE_CHECKING:
+    from ocrfleet.engines.base import Recogniser
+    from ocrfleet.scorers.base import Scorer
+
+SCORERS = ("consensus", "jev")
+
+
+def _check_name(settings: Settings) -> None:
+    if settings.scorer not in SCORERS:
+        raise ValueError(
+            f"unknown scorer {settings.scorer!r}: OCRFLEET_SCORER must be one of {SCORERS}"
+        )
+
+
+SECOND_READERS = ("rapidocr", "tesseract")
+
+
+def _reader_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"engines": list(SECOND_READERS)})
+
+
+def second_readers(settings: Settings) -> list[Recogniser]:
+    """The consensus scorer's independent readers, RapidOCR first, whatever engines produce
+    the candidates: a RapidOCR candidate is checked by tesseract and every other by
+    RapidOCR. Built by the engines' own loader, with the same settings."""
+    from ocrfleet.engines import load_recognisers
+
+    return load_recognisers(_reader_settings(settings))
+
+
+def load_scorer(settings: Settings) -> Scorer:
+    """The configured scorer, models loaded (call once per process)."""
+    _check_name(settings)
+    if settings.scorer == "jev":
+        from ocrfleet.scorers.jev import JevScorer
+
+        return JevScorer(settings)
+    from ocrfleet.scorers.consensus import ConsensusScorer
+
+    return ConsensusScorer(settings, second_readers(settings))
+
+
+def describe_scorer(settings: Settings) -> dict[str, Any]:
+    """Everything about the scorer that changes scores, without loading a model."""
+    _check_name(settings)
+    from ocrfleet.scorers.render import renderer_version
+
+    render_version = renderer_version(settings.render_font_path)
+    if settings.scorer == "jev":
+        return {"name": "jev", "renderer": render_version, **_describe_jev(settings)}
+
+    from ocrfleet.engines import describe_engines
+    from ocrfleet.scorers.consensus import NAME, WEIGHTS_PATH, load_calibration, scorer_version
+
+    described = describe_engines(_reader_settings(settings))["recognisers"]
+    readers = [(item["name"], item["version"]) for item in described]
+    weights = load_calibration(WEIGHTS_PATH).sha256
+    return {
+        "name": NAME,
+        "version": scorer_version(weights, render_version, readers),
+        "weights_sha256": weights,
+        "renderer": render_version,
+        "second_readers": dict(readers),
+    }
+
+
+def _describe_jev(settings: Settings) -> dict[str, Any]:
+    from ocrfleet.scorers.jev import _prompt_sha256
+
+    path = settings.jev_model_path
+    return {
+        "model_path": None if path is None else str(path),
+        "model_sha256": None if path is None else _jev_folder_hash(Path(path)),
+        "prompt_sha256": _prompt_sha256()[:16],
+        "dtype": settings.jev_dtype,
+        "batch_size": settings.jev_batch_size,
+        "attn_implementation": settings.jev_attn_implementation,
+    }
+
+
+@lru_cache(maxsize=4)
+def _jev_folder_hash(path: Path) -> str | None:
+    from ocrfleet.scorers.jev import _folder_sha256
+
+    return _folder_sha256(path)[:16] if path.is_dir() else None

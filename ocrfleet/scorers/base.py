@@ -20,6 +20,7 @@ class Unit:
     category: ir.Category
     region_number: int
     engine: str
+    confidence: float | None = None  # the candidate engine's own confidence in [0, 1], if any
 
 
 class Scorer(Protocol):

@@ -1,0 +1,201 @@
+"""The consensus scorer on real pixels with the real engines: ranking, verdicts, the
+weights file, and reproducible training."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from bench.synthetic import perturb, synthetic_lines
+from bench.train_consensus import ReadCache, train
+from ocrfleet import ir
+from ocrfleet.config import Settings
+from ocrfleet.pipeline.images import load_image
+from ocrfleet.scorers import load_scorer, second_readers
+from ocrfleet.scorers.base import Unit
+from ocrfleet.scorers.consensus import (
+    WEIGHTS_PATH,
+    ConsensusScorer,
+    load_calibration,
+)
+from ocrfleet.scorers.features import FEATURE_NAMES
+
+UW3 = Path("/work/shared/data/realdocs/uw3_500_ocropy/lines")
+SETTINGS = Settings(scorer="consensus")
+
+
+@pytest.fixture(scope="module")
+def readers():
+    return second_readers(SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def scorer(readers) -> ConsensusScorer:
+    return ConsensusScorer(SETTINGS, readers)
+
+
+def _uw3(n: int) -> list[tuple[Image.Image, str]]:
+    out = []
+    for png in sorted(UW3.glob("*.png"))[:n]:
+        truth = " ".join(png.with_suffix("").with_suffix(".gt.txt").read_text().split())
+        out.append((load_image(png.read_bytes()), truth))
+    return out
+
+
+def unit(crop: Image.Image, text: str, engine: str = "minicpm", n: int = 1, **kw) -> Unit:
+    return Unit(
+        crop=crop,
+        text=text,
+        category=kw.pop("category", ir.Category.text),
+        region_number=n,
+        engine=engine,
+        **kw,
+    )
+
+
+def test_correct_text_outscores_perturbed_text_on_real_scans(scorer) -> None:
+    rng = random.Random(7)
+    lines = _uw3(10)
+    units, kinds = [], []
+    for n, (image, truth) in enumerate(lines, start=1):
+        units.append(unit(image, truth, n=n))
+        kinds.append(True)
+        for _ in range(2):
+            _, changed = perturb(truth, rng)
+            units.append(unit(image, changed, n=n))
+            kinds.append(False)
+    scores = scorer.score(units)
+    assert all(s.verdict == ir.Verdict.scored for s in scores)
+    good = [s.score for s, k in zip(scores, kinds, strict=True) if k]
+    bad = [s.score for s, k in zip(scores, kinds, strict=True) if not k]
+    assert np.mean(good) > np.mean(bad) + 0.2
+    # and line by line, the truth beats most of its perturbations
+    wins = sum(
+        scores[3 * i].score > scores[3 * i + j].score for i in range(len(lines)) for j in (1, 2)
+    )
+    assert wins >= 0.8 * 2 * len(lines)
+
+
+def test_scores_carry_identity_and_are_probabilities(scorer) -> None:
+    image, truth = _uw3(1)[0]
+    (score,) = scorer.score([unit(image, truth, engine="rapidocr", n=5, confidence=0.99)])
+    assert (score.region_number, score.engine, score.scorer) == (5, "rapidocr", "consensus")
+    assert score.scorer_version == scorer.version
+    assert 0.0 <= score.score <= 1.0
+
+
+def test_verdicts_for_units_that_cannot_be_scored(scorer) -> None:
+    image, truth = _uw3(1)[0]
+    blank = Image.new("RGB", (200, 40), "white")
+    empty = Image.new("RGB", (0, 0))
+    scores = scorer.score(
+        [
+            unit(blank, "anything"),
+            unit(empty, "anything"),
+            unit(image, "   "),
+            unit(image, r"\frac{1}{", category=ir.Category.formula),
+            unit(image, "<table><tr><td>1</td>", category=ir.Category.table),
+            unit(image, truth),
+        ]
+    )
+    verdicts = [s.verdict for s in scores]
+    assert verdicts == [
+        ir.Verdict.precheck_failed,
+        ir.Verdict.precheck_failed,
+        ir.Verdict.precheck_failed,
+        ir.Verdict.render_failed,
+        ir.Verdict.render_failed,
+        ir.Verdict.scored,
+    ]
+    assert all(s.score is None and s.error for s in scores[:5])
+    assert "empty candidate text" in scores[2].error
+
+
+def test_a_failing_second_read_is_forward_failed_for_that_unit_only(scorer) -> None:
+    # Tesseract refuses images wider than 32767 px ("Image too large"): a real failure of
+    # the second read. It must not fail the other unit of the batch.
+    image, truth = _uw3(1)[0]
+    wide = Image.new("RGB", (33000, 40), "white")
+    wide.paste(image.resize((image.width * 40 // image.height, 40)), (10, 0))
+    bad, good = scorer.score(
+        [
+            unit(wide, truth, engine="rapidocr", n=1, confidence=0.9),
+            unit(image, truth, engine="rapidocr", n=2, confidence=0.9),
+        ]
+    )
+    assert bad.verdict == ir.Verdict.forward_failed and bad.score is None
+    assert "second read by tesseract failed" in bad.error
+    assert good.verdict == ir.Verdict.scored
+
+
+def test_second_read_prefers_another_engine(scorer) -> None:
+    from ocrfleet.scorers.consensus import second_reader_for
+
+    names = [r.name for r in scorer.features.readers]
+    assert names == ["rapidocr", "tesseract"]
+    assert second_reader_for("rapidocr", scorer.features.readers).name == "tesseract"
+    assert second_reader_for("tesseract", scorer.features.readers).name == "rapidocr"
+    assert second_reader_for("minicpm", scorer.features.readers).name == "rapidocr"
+
+
+def test_weights_file_matches_the_code_and_names_its_data() -> None:
+    raw = json.loads(WEIGHTS_PATH.read_text())
+    assert tuple(raw["feature_names"]) == FEATURE_NAMES
+    assert len(raw["training"]["data_sha256"]) == 64
+
+
+def test_described_version_is_the_loaded_scorers_version(scorer) -> None:
+    from ocrfleet.scorers import describe_scorer
+
+    described = describe_scorer(SETTINGS)
+    assert described["version"] == scorer.version == load_scorer(SETTINGS).version
+    assert described["weights_sha256"] == load_calibration(WEIGHTS_PATH).sha256
+
+
+def test_unknown_scorer_name_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown scorer 'nope'"):
+        load_scorer(Settings(scorer="nope"))
+
+
+def test_version_follows_the_weights_file(tmp_path: Path, readers) -> None:
+    raw = json.loads(WEIGHTS_PATH.read_text())
+    raw["intercept"] += 1.0
+    other = tmp_path / "w.json"
+    other.write_text(json.dumps(raw))
+    a = ConsensusScorer(SETTINGS, readers)
+    b = ConsensusScorer(SETTINGS, readers, weights_path=other)
+    assert a.version != b.version
+    assert a.version.startswith(f"consensus-{load_calibration(WEIGHTS_PATH).sha256[:12]}+")
+
+
+def test_weights_for_other_features_are_refused(tmp_path: Path, readers) -> None:
+    raw = json.loads(WEIGHTS_PATH.read_text())
+    raw["feature_names"] = raw["feature_names"][:-1]
+    other = tmp_path / "w.json"
+    other.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="other features"):
+        ConsensusScorer(SETTINGS, readers, weights_path=other)
+
+
+def test_training_is_reproducible(readers, tmp_path: Path) -> None:
+    cache = ReadCache(tmp_path / "reads.json")
+    first = train(readers, SETTINGS, n_lines=12, n_tables=3, seed=5, cache=cache)
+    # a fresh cache: the engines read everything again
+    second = train(readers, SETTINGS, n_lines=12, n_tables=3, seed=5, cache=ReadCache(None))
+    assert first == second
+    other = train(readers, SETTINGS, n_lines=12, n_tables=3, seed=6, cache=cache)
+    assert (
+        json.loads(other)["training"]["data_sha256"] != json.loads(first)["training"]["data_sha256"]
+    )
+
+
+def test_synthetic_lines_are_seeded() -> None:
+    a = synthetic_lines(3, seed=11)
+    b = synthetic_lines(3, seed=11)
+    assert [x.truth for x in a] == [x.truth for x in b]
+    assert all(x.image.tobytes() == y.image.tobytes() for x, y in zip(a, b, strict=True))
