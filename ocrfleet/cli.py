@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -100,6 +101,7 @@ def _print_summary(rows: list, names: list[str], as_json: bool) -> None:
     for column in ("document", "id", "pages", "regions", "flagged", "mean conf", "status"):
         table.add_column(column, justify="left" if column == "document" else "right", overflow="fold")
     for name, row in zip(names, rows, strict=True):
+        name = _short(name)
         status = row.status if not row.reason else f"{row.status}: {row.reason}"
         conf = "" if row.mean_confidence is None else f"{row.mean_confidence:.3f}"
         table.add_row(
@@ -107,6 +109,12 @@ def _print_summary(rows: list, names: list[str], as_json: bool) -> None:
             conf, status,
         )
     Console().print(table)
+
+
+def _short(path: str) -> str:
+    """The path as the user would write it from here, or the file name if far away."""
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("../..") else Path(path).name
 
 
 @app.command()

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 CommaList = Annotated[list[str], NoDecode]
+
+# Default auto-accept thresholds per scorer. Consensus scores are calibrated on synthetic
+# lines and pile up near 1 for good text: 0.998 keeps accepted text >= 99% exact on the
+# synthetic held-out set (bench/scorer_auroc.py). Jev's is its softmax decision boundary.
+SCORER_THRESHOLDS = {"consensus": 0.998, "jev": 0.5}
 
 
 class Settings(BaseSettings):
@@ -32,15 +37,16 @@ class Settings(BaseSettings):
 
     # What produces output (all of these enter run_id through `output_config`).
     engines: CommaList = ["rapidocr"]
-    scorer: str = "consensus"
+    scorer: Literal["consensus", "jev"] = "consensus"
     minicpm_model_path: Path | None = None
     jev_model_path: Path | None = None
     dpi: int = Field(200, ge=36, le=600)
     rec_batch_size: int = Field(16, ge=1)
     tesseract_lang: str = Field("eng", description="tesseract -l value, e.g. eng or eng+chi_sim")
-    threshold_text: float = Field(0.5, ge=0.0, le=1.0)
-    threshold_formula: float = Field(0.5, ge=0.0, le=1.0)
-    threshold_table: float = Field(0.5, ge=0.0, le=1.0)
+    # Unset: the scorer's own default (SCORER_THRESHOLDS); set one from `ocrfleet thresholds`.
+    threshold_text: float | None = Field(None, ge=0.0, le=1.0)
+    threshold_formula: float | None = Field(None, ge=0.0, le=1.0)
+    threshold_table: float | None = Field(None, ge=0.0, le=1.0)
     seed: int = 0
     jev_dtype: str = "bfloat16"
     jev_device: str = "auto"
@@ -83,7 +89,9 @@ class Settings(BaseSettings):
         return value
 
     def threshold(self, category: str) -> float:
-        return float(getattr(self, f"threshold_{category}"))
+        """The effective auto-accept threshold: the setting, else the scorer's default."""
+        value = getattr(self, f"threshold_{category}")
+        return float(SCORER_THRESHOLDS[self.scorer] if value is None else value)
 
 
 @lru_cache(maxsize=1)

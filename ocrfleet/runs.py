@@ -34,11 +34,7 @@ def run_config(settings: Settings) -> dict[str, Any]:
         "seed": settings.seed,
         "engines": describe_engines(settings),
         "scorer": describe_scorer(settings),
-        "thresholds": {
-            "text": settings.threshold_text,
-            "formula": settings.threshold_formula,
-            "table": settings.threshold_table,
-        },
+        "thresholds": {c: settings.threshold(c) for c in ("text", "formula", "table")},
     }
 
 

@@ -41,7 +41,6 @@ def second_readers(settings: Settings) -> list[Recogniser]:
 
 def load_scorer(settings: Settings) -> Scorer:
     """The configured scorer, models loaded (call once per process)."""
-    _check_name(settings)
     if settings.scorer == "jev":
         from ocrfleet.scorers.jev import JevScorer
 
@@ -53,7 +52,6 @@ def load_scorer(settings: Settings) -> Scorer:
 
 def describe_scorer(settings: Settings) -> dict[str, Any]:
     """Everything about the scorer that changes scores, without loading a model."""
-    _check_name(settings)
     from ocrfleet.scorers.render import renderer_version
 
     render_version = renderer_version(settings.render_font_path)

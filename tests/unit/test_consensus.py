@@ -158,8 +158,8 @@ def test_described_version_is_the_loaded_scorers_version(scorer) -> None:
 
 
 def test_unknown_scorer_name_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="unknown scorer 'nope'"):
-        load_scorer(Settings(scorer="nope"))
+    with pytest.raises(ValueError, match="scorer\n.*'consensus' or 'jev'"):
+        Settings(scorer="nope")
 
 
 def test_version_follows_the_weights_file(tmp_path: Path, readers) -> None:
