@@ -99,14 +99,21 @@ def _print_summary(rows: list, names: list[str], as_json: bool) -> None:
         return
     table = Table(title="ocrfleet run")
     for column in ("document", "id", "pages", "regions", "flagged", "mean conf", "status"):
-        table.add_column(column, justify="left" if column == "document" else "right", overflow="fold")
+        table.add_column(
+            column, justify="left" if column == "document" else "right", overflow="fold"
+        )
     for name, row in zip(names, rows, strict=True):
         name = _short(name)
         status = row.status if not row.reason else f"{row.status}: {row.reason}"
         conf = "" if row.mean_confidence is None else f"{row.mean_confidence:.3f}"
         table.add_row(
-            name, str(row.document_id), str(row.pages), str(row.regions), str(row.flagged),
-            conf, status,
+            name,
+            str(row.document_id),
+            str(row.pages),
+            str(row.regions),
+            str(row.flagged),
+            conf,
+            status,
         )
     Console().print(table)
 
@@ -123,8 +130,8 @@ def results(
     fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
 ) -> None:
     """Print a document's text in reading order, or its full structure."""
-    from ocrfleet.report import document_json, document_text, resolve_document
     from ocrfleet.db.session import session_scope
+    from ocrfleet.report import document_json, document_text, resolve_document
 
     if fmt not in ("text", "json"):
         raise _usage_error(f"--format must be text or json, not {fmt!r}")

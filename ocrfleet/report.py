@@ -116,7 +116,9 @@ def document_json(session: Session, document_id: int) -> dict[str, Any]:
     doc = session.get(models.Document, document_id)
     assert doc is not None
     pages = session.scalars(
-        select(models.Page).where(models.Page.document_id == document_id).order_by(models.Page.number)
+        select(models.Page)
+        .where(models.Page.document_id == document_id)
+        .order_by(models.Page.number)
     ).all()
     return {
         "id": doc.id,

@@ -16,7 +16,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 REALDOCS = REPO.parent / "shared" / "data" / "realdocs"
-PG_ADMIN_URL = os.environ.get("OCRFLEET_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "OCRFLEET_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 REDIS_URL = os.environ.get("OCRFLEET_TEST_REDIS", "redis://127.0.0.1:6379")
 
 
