@@ -1,0 +1,61 @@
+"""Ingest through the real service on a real database and store: every bad input ends as a
+terminal `rejected` row with its specific reason, and the inputs after it go on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ocrfleet import ir
+from ocrfleet.config import Settings
+from ocrfleet.db import models
+from ocrfleet.db.migrate import upgrade
+from ocrfleet.service import Context, ingest, process_page
+from tests.fixtures.badinputs import BadInput, cases, pdf_bytes
+
+pytestmark = pytest.mark.integration
+
+
+def context(db_url: str, tmp_path: Path, **overrides: object) -> Context:
+    upgrade(db_url)
+    return Context(
+        Settings(database_url=db_url, store_url=f"file://{tmp_path / 'store'}", **overrides)
+    )
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: c.name)
+def test_bad_input_is_rejected_with_its_reason(
+    case: BadInput, sqlite_url: str, tmp_path: Path
+) -> None:
+    ctx = context(sqlite_url, tmp_path, **case.settings)
+    outcome = ingest(ctx, f"upload/{case.name}", data=case.data)
+    assert outcome.status == ir.DocumentStatus.rejected
+    assert outcome.reason is not None and outcome.reason.startswith(case.reason + ":")
+    assert outcome.page_ids == []
+    with ctx.session() as session:
+        doc = session.get(models.Document, outcome.document_id)
+        assert (doc.status, doc.reason) == ("rejected", outcome.reason)
+    # Redelivery of the same message changes nothing.
+    again = ingest(ctx, f"upload/{case.name}", data=case.data)
+    assert (again.document_id, again.status, again.created) == (
+        outcome.document_id,
+        ir.DocumentStatus.rejected,
+        False,
+    )
+
+
+def test_a_batch_with_bad_inputs_goes_on(db_url: str, tmp_path: Path) -> None:
+    """On SQLite and PostgreSQL: bad inputs between good ones; the good ones complete."""
+    ctx = context(db_url, tmp_path, max_pages=4)
+    bad = [c for c in cases() if not c.settings]
+    good = pdf_bytes(pages=2)
+    outcomes = [ingest(ctx, f"upload/{c.name}", data=c.data) for c in bad]
+    done = ingest(ctx, "upload/good.pdf", data=good)
+    assert {o.status for o in outcomes} == {ir.DocumentStatus.rejected}
+    assert len(done.page_ids) == 2
+    for page_id in done.page_ids:
+        assert process_page(ctx, page_id) == ir.PageStatus.done
+    with ctx.session() as session:
+        doc = session.get(models.Document, done.document_id)
+        assert (doc.status, doc.pages_done) == ("done", 2)
