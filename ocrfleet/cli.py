@@ -203,6 +203,12 @@ def _ensure_schema(url: str) -> None:
         upgrade(url)
 
 
+# Fleet commands (`worker`, `submit`, `status`) live in fleet_cli; they import lazily.
+from ocrfleet.fleet_cli import register as _register_fleet_commands  # noqa: E402
+
+_register_fleet_commands(app)
+
+
 def main() -> None:
     app()
 

@@ -250,3 +250,38 @@ def _finish_page(
             ),
         )
     )
+
+
+def record_delivery(ctx: Context, page_id: int) -> int:
+    """Count one delivery of a page's task before any work on it; returns the new count.
+
+    The count lives in the database, not the broker, so it survives worker crashes and
+    broker restarts: a page whose task keeps killing its worker is found by this number
+    and failed, instead of being redelivered forever."""
+    with ctx.session() as session:
+        deliveries = session.scalar(
+            update(models.Page)
+            .where(models.Page.id == page_id)
+            .values(deliveries=models.Page.deliveries + 1)
+            .returning(models.Page.deliveries)
+        )
+    if deliveries is None:
+        raise LookupError(f"page {page_id} does not exist")
+    return int(deliveries)
+
+
+def fail_document(ctx: Context, document_id: int, reason: str) -> bool:
+    """Terminal failure of a document that never got its pages (its input could not be
+    fetched, or it was submitted under another run); returns whether it changed. Only a
+    `pending` document moves, so a redelivered failure changes nothing."""
+    with ctx.session() as session:
+        changed = session.scalar(
+            update(models.Document)
+            .where(
+                models.Document.id == document_id,
+                models.Document.status == ir.DocumentStatus.pending,
+            )
+            .values(status=ir.DocumentStatus.failed, reason=reason)
+            .returning(models.Document.id)
+        )
+    return changed is not None

@@ -6,7 +6,6 @@ survive one); `ocrfleet run` loads it once for the whole run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ocrfleet.config import Settings
 from ocrfleet.engines.base import Detector, Recogniser
@@ -33,7 +32,14 @@ def load_toolkit(settings: Settings) -> Toolkit:
     )
 
 
-@lru_cache(maxsize=2)
+_toolkits: dict[str, Toolkit] = {}
+
+
 def get_toolkit(settings: Settings) -> Toolkit:
-    """The process-wide toolkit for these settings (Settings is frozen, hence hashable)."""
-    return load_toolkit(settings)
+    """The process-wide toolkit for these settings. Keyed on the settings' JSON: Settings
+    holds a list (`engines`), so it is frozen but not hashable and cannot key an lru_cache."""
+    key = settings.model_dump_json()
+    toolkit = _toolkits.get(key)
+    if toolkit is None:
+        toolkit = _toolkits[key] = load_toolkit(settings)
+    return toolkit

@@ -238,7 +238,7 @@ def upgrade() -> None:
             "candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
         ),
         sa.Column("scorer", sa.String(length=32), nullable=False),
-        sa.Column("scorer_version", sa.String(length=64), nullable=False),
+        sa.Column("scorer_version", sa.Text(), nullable=False),
         sa.Column("verdict", sa.String(length=16), nullable=False),
         sa.Column("score", sa.Float(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),

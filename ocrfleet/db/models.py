@@ -145,7 +145,7 @@ class Score(Base):
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
     scorer: Mapped[str] = mapped_column(String(32))
-    scorer_version: Mapped[str] = mapped_column(String(64))
+    scorer_version: Mapped[str] = mapped_column(Text)
     verdict: Mapped[str] = mapped_column(String(16))
     score: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)

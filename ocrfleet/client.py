@@ -1,0 +1,245 @@
+"""What an upload service imports: `submit()`, `status()`, `wait()`. No torch, no models.
+
+`submit` makes the document's row itself, as `pending`, keyed on (sha256, run_id) like
+every document, then uploads the bytes to `intake/<sha256>` and enqueues `ocrfleet.ingest`
+by name. So it returns the document id at once, and the same content submitted twice is
+the same document (the second submit enqueues nothing unless the first never got past
+`pending`). The run id is computed here from the settings alone (`runs.run_config` loads no
+model): submitters and workers must share the settings that make it, and the ingest task
+fails a document submitted under another run, with that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from ocrfleet import ir
+from ocrfleet.config import Settings, get_settings
+from ocrfleet.db import models
+from ocrfleet.db.session import session_scope
+from ocrfleet.db.upsert import upsert
+from ocrfleet.runs import ensure_run, run_config, run_id_of
+from ocrfleet.storage import ObjectStore, open_store, read_uri
+from ocrfleet.tasks import routing
+
+TERMINAL = frozenset(
+    {
+        ir.DocumentStatus.done,
+        ir.DocumentStatus.partial,
+        ir.DocumentStatus.rejected,
+        ir.DocumentStatus.failed,
+    }
+)
+INTAKE_PREFIX = "intake"
+
+
+class SubmitError(RuntimeError):
+    """The fleet cannot take this submission (no broker configured, unreadable input)."""
+
+
+@dataclass(frozen=True)
+class DocumentState:
+    """One document's progress, as the database records it."""
+
+    id: int
+    status: ir.DocumentStatus
+    sha256: str
+    source_uri: str
+    priority: str
+    page_count: int | None
+    pages_done: int
+    pages_failed: int
+    reason: str | None
+    meta: dict[str, Any] | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+    @classmethod
+    def of(cls, row: models.Document) -> DocumentState:
+        return cls(
+            id=row.id,
+            status=ir.DocumentStatus(row.status),
+            sha256=row.sha256,
+            source_uri=row.source_uri,
+            priority=row.priority,
+            page_count=row.page_count,
+            pages_done=row.pages_done,
+            pages_failed=row.pages_failed,
+            reason=row.reason,
+            meta=row.meta,
+        )
+
+
+_stores: dict[str, ObjectStore] = {}
+_runs: dict[str, tuple[str, dict[str, Any]]] = {}
+
+
+def _store(settings: Settings) -> ObjectStore:
+    key = settings.model_dump_json()
+    if key not in _stores:
+        _stores[key] = open_store(settings)
+    return _stores[key]
+
+
+def _run(settings: Settings) -> tuple[str, dict[str, Any]]:
+    key = settings.model_dump_json()
+    if key not in _runs:
+        config = run_config(settings)
+        _runs[key] = (run_id_of(config), config)
+    return _runs[key]
+
+
+def _read_source(
+    source: str | os.PathLike[str] | bytes, settings: Settings
+) -> tuple[bytes, str | None, str | None]:
+    """(bytes, URI the workers read if already stored, file name)."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        return bytes(source), None, None
+    text = os.fspath(source)
+    if text.startswith(("s3://", "file://")):
+        return read_uri(text, settings), text, None
+    path = Path(text)
+    try:
+        return path.read_bytes(), None, path.name
+    except OSError as exc:
+        raise SubmitError(f"cannot read {path}: {exc}") from exc
+
+
+def submit(
+    source: str | os.PathLike[str] | bytes,
+    *,
+    priority: str = "normal",
+    metadata: dict[str, Any] | None = None,
+    settings: Settings | None = None,
+) -> int:
+    """Submit a PDF or image (bytes, a path, or an s3:// / file:// URI the workers can read);
+    returns the document id. `priority="high"` is for interactive uploads."""
+    settings = settings or get_settings()
+    routing.check_priority(priority)
+    if not settings.broker_url:
+        raise SubmitError(
+            "OCRFLEET_BROKER_URL is not set: there is no fleet to submit to "
+            "(use `ocrfleet run` to process in-process)"
+        )
+    data, uri, filename = _read_source(source, settings)
+    sha256 = hashlib.sha256(data).hexdigest()
+    size = len(data)
+    meta = dict(metadata or {})
+    if filename is not None:
+        meta.setdefault("filename", filename)
+    if uri is None:
+        store = _store(settings)
+        key = f"{INTAKE_PREFIX}/{sha256}"
+        uri = store.uri(key) if store.exists(key) else store.put(key, data)
+    del data
+
+    run_id, config = _run(settings)
+    with session_scope(settings.database_url) as session:
+        ensure_run(session, config)
+        document_id = upsert(
+            session,
+            models.Document,
+            {
+                "run_id": run_id,
+                "sha256": sha256,
+                "source_uri": uri,
+                "byte_size": size,
+                "priority": priority,
+                "meta": meta or None,
+                "status": ir.DocumentStatus.pending.value,
+            },
+            key=["sha256", "run_id"],
+            update=[],
+        )
+        status = session.scalar(
+            select(models.Document.status).where(models.Document.id == document_id)
+        )
+
+    if status == ir.DocumentStatus.pending:  # enqueue after the commit that made the row
+        _app(settings).send_task(
+            routing.INGEST_TASK,
+            args=[uri],
+            kwargs={
+                "priority": priority,
+                "metadata": meta or None,
+                "document_id": document_id,
+                "run_id": run_id,
+            },
+            queue=routing.ingest_queue(priority),
+        )
+    return int(document_id)
+
+
+def _app(settings: Settings) -> Any:
+    from ocrfleet.tasks.app import create_app
+
+    return create_app(settings)
+
+
+def status(document_id: int, *, settings: Settings | None = None) -> DocumentState:
+    settings = settings or get_settings()
+    with session_scope(settings.database_url) as session:
+        row = session.get(models.Document, document_id)
+        if row is None:
+            raise LookupError(f"no document {document_id}")
+        return DocumentState.of(row)
+
+
+def wait(
+    document_id: int,
+    timeout: float | None = None,
+    *,
+    settings: Settings | None = None,
+    poll_s: float = 0.5,
+    on_progress: Callable[[DocumentState], None] | None = None,
+) -> DocumentState:
+    """Block until the document is finished (done, partial, rejected or failed)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        state = status(document_id, settings=settings)
+        if on_progress is not None:
+            on_progress(state)
+        if state.finished:
+            return state
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"document {document_id} is still {state.status.value} after {timeout}s "
+                f"({state.pages_done + state.pages_failed}/{state.page_count or '?'} pages)"
+            )
+        time.sleep(poll_s)
+
+
+def find(ref: str, *, settings: Settings | None = None) -> list[DocumentState]:
+    """Documents named by `ref`: an id, a sha256, or the path of a submitted file."""
+    settings = settings or get_settings()
+    doc = models.Document
+    if ref.isdigit():
+        where = doc.id == int(ref)
+    elif len(ref) == 64 and all(c in "0123456789abcdef" for c in ref):
+        where = doc.sha256 == ref
+    else:
+        path = Path(ref)
+        if not path.is_file():
+            raise LookupError(f"{ref!r} is neither a document id, a sha256 nor a file")
+        where = doc.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    with session_scope(settings.database_url) as session:
+        rows = session.scalars(select(doc).where(where).order_by(doc.id)).all()
+        return [DocumentState.of(row) for row in rows]
+
+
+def recent(limit: int = 20, *, settings: Settings | None = None) -> list[DocumentState]:
+    settings = settings or get_settings()
+    doc = models.Document
+    with session_scope(settings.database_url) as session:
+        rows = session.scalars(select(doc).order_by(doc.id.desc()).limit(limit)).all()
+        return [DocumentState.of(row) for row in rows]

@@ -1,0 +1,209 @@
+"""Fleet commands: `ocrfleet worker`, `ocrfleet submit`, `ocrfleet status`.
+
+`register(app)` adds them to the main typer app (ocrfleet/cli.py); `python -m
+ocrfleet.fleet_cli ...` runs them alone. Only `worker` imports Celery's worker side; submit
+and status go through `ocrfleet.client` and never import a model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from ocrfleet import client
+
+WORKER_HELP = "Start workers: one process per device for `gpu`, a CPU pool for `ingest`."
+
+
+def worker(
+    queues: Annotated[
+        str, typer.Option(help="roles to consume, comma-separated: gpu, ingest, or gpu,ingest")
+    ] = "gpu",
+    devices: Annotated[
+        str, typer.Option(help="auto | all | 0,2 | cpu:N (for the gpu role)")
+    ] = "auto",
+    concurrency: Annotated[
+        int | None, typer.Option(help="pool processes of an ingest-only worker")
+    ] = None,
+    include: Annotated[
+        list[str] | None, typer.Option(help="extra modules the workers import (signal handlers)")
+    ] = None,
+    events: Annotated[bool, typer.Option(help="send task events (Flower, bench)")] = False,
+    loglevel: Annotated[str, typer.Option(help="celery log level")] = "info",
+) -> None:
+    """Start and supervise the workers until SIGTERM/SIGINT (warm shutdown)."""
+    from ocrfleet.config import get_settings
+    from ocrfleet.tasks.app import celery_config
+    from ocrfleet.workers.devices import DeviceSpecError, parse_devices
+    from ocrfleet.workers.launcher import Supervisor, plan_children
+
+    logging.basicConfig(
+        level=logging.INFO, format="[%(asctime)s: %(levelname)s/launcher] %(message)s"
+    )
+    settings = get_settings()
+    roles = [role.strip() for role in queues.split(",") if role.strip()]
+    try:
+        celery_config(settings)  # refuse bad limits here, once, not in every child
+        if not settings.broker_url:
+            raise ValueError("OCRFLEET_BROKER_URL is not set: workers need a broker")
+        device_list = parse_devices(devices) if "gpu" in roles else []
+        specs = plan_children(
+            roles,
+            device_list,
+            concurrency=concurrency,
+            loglevel=loglevel,
+            include=include or (),
+            events=events,
+        )
+    except (ValueError, DeviceSpecError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    raise typer.Exit(Supervisor(specs).run())
+
+
+def submit(
+    paths: Annotated[list[str], typer.Argument(help="PDF or image files, or s3:// URIs")],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="block until every document is finished")
+    ] = False,
+    priority: Annotated[str, typer.Option(help="high (interactive) or normal (bulk)")] = "normal",
+    timeout: Annotated[float | None, typer.Option(help="seconds to --wait at most")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Submit inputs to the fleet; prints each document id."""
+    from ocrfleet import client
+
+    ids: list[int] = []
+    for path in paths:
+        source = path if path.startswith(("s3://", "file://")) else Path(path)
+        try:
+            ids.append(client.submit(source, priority=priority))
+        except (client.SubmitError, ValueError) as exc:
+            typer.echo(f"error: {path}: {exc}", err=True)
+            raise typer.Exit(2) from exc
+    states = _wait_with_progress(ids, timeout, quiet=as_json) if wait else None
+    if as_json:
+        rows = [_state_dict(s) for s in states] if states else [{"id": i} for i in ids]
+        typer.echo(json.dumps(rows, indent=2))
+    elif states:
+        _print_table(states)
+    else:
+        for path, doc_id in zip(paths, ids, strict=True):
+            typer.echo(f"{doc_id}\t{path}")
+    if states and any(s.status.value != "done" for s in states):
+        raise typer.Exit(1)
+
+
+def _wait_with_progress(
+    ids: list[int], timeout: float | None, *, quiet: bool
+) -> list[client.DocumentState]:
+    """Poll until every document is finished, with one bar over pages done."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from ocrfleet import client
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=quiet or not sys.stderr.isatty(),
+        transient=False,
+    ) as progress:
+        bar = progress.add_task("pages", total=None)
+        while True:
+            states = [client.status(doc_id) for doc_id in ids]
+            total = sum(s.page_count or 0 for s in states)
+            done = sum(s.pages_done + s.pages_failed for s in states)
+            finished = sum(1 for s in states if s.finished)
+            progress.update(
+                bar,
+                total=total or None,
+                completed=done,
+                description=f"pages ({finished}/{len(ids)} documents finished)",
+            )
+            if finished == len(ids):
+                return states
+            if deadline is not None and time.monotonic() >= deadline:
+                typer.echo(f"error: timed out after {timeout}s", err=True)
+                raise typer.Exit(3)
+            time.sleep(0.5)
+
+
+def status(
+    doc: Annotated[
+        str | None, typer.Argument(help="document id, sha256 or path; omit for the latest")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Show documents and their progress."""
+    from ocrfleet import client
+
+    try:
+        states = client.recent() if doc is None else client.find(doc)
+    except LookupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if doc is not None and not states:
+        typer.echo(f"error: no document matches {doc!r}", err=True)
+        raise typer.Exit(1)
+    if as_json:
+        typer.echo(json.dumps([_state_dict(s) for s in states], indent=2))
+    else:
+        _print_table(states)
+
+
+def _state_dict(state: client.DocumentState) -> dict[str, object]:
+    return {
+        "id": state.id,
+        "status": state.status.value,
+        "sha256": state.sha256,
+        "source_uri": state.source_uri,
+        "priority": state.priority,
+        "page_count": state.page_count,
+        "pages_done": state.pages_done,
+        "pages_failed": state.pages_failed,
+        "reason": state.reason,
+        "meta": state.meta,
+    }
+
+
+def _print_table(states: list[client.DocumentState]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("id", "status", "pages", "failed", "priority", "source", "reason")
+    for s in states:
+        name = (s.meta or {}).get("filename") or s.source_uri
+        table.add_row(
+            str(s.id),
+            s.status.value,
+            f"{s.pages_done}/{s.page_count if s.page_count is not None else '?'}",
+            str(s.pages_failed),
+            s.priority,
+            str(name),
+            s.reason or "",
+        )
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `worker`, `submit` and `status` to the main CLI."""
+    app.command("worker", help=WORKER_HELP)(worker)
+    app.command("submit")(submit)
+    app.command("status")(status)
+
+
+fleet_app = typer.Typer(add_completion=False, no_args_is_help=True)
+register(fleet_app)
+
+if __name__ == "__main__":
+    fleet_app()

@@ -1,0 +1,128 @@
+"""Worker lifecycle: models loaded once per pool child, log context bound per task.
+
+`page_started` is ocrfleet's own signal, sent after a page's delivery was counted and before
+any work on it: metrics exporters and tests connect to it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery import Celery
+from celery.signals import celeryd_init, task_postrun, task_prerun, worker_process_init
+from celery.utils.dispatch import Signal
+
+log = logging.getLogger(__name__)
+
+#: sent with `page_id` and `delivery` (the count including this one), sender = the task.
+page_started = Signal(name="page_started", providing_args={"page_id", "delivery"})
+
+EX_CONFIG = 78  # sysexits: the worker cannot run with this configuration
+
+_EMPTY: dict[str, Any] = {}
+_log_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
+    "ocrfleet_log_context",
+    default=_EMPTY,  # never mutated: every bind sets a new dict
+)
+_state: dict[str, Any] = {"load_models": False, "main_pid": None}
+
+
+@contextmanager
+def bind_log_context(**values: Any) -> Iterator[None]:
+    """Add `values` to every log record made inside the block (task id, page id, ...)."""
+    token = _log_context.set({**_log_context.get(), **values})
+    try:
+        yield
+    finally:
+        _log_context.reset(token)
+
+
+def log_context() -> dict[str, Any]:
+    return dict(_log_context.get())
+
+
+def _format_context(values: dict[str, Any]) -> str:
+    if not values:
+        return ""
+    return " [" + " ".join(f"{key}={value}" for key, value in values.items()) + "]"
+
+
+def install_log_record_factory() -> None:
+    """Give every record a `log_context` attribute, which the worker log formats print."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "_ocrfleet", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        record.log_context = _format_context(_log_context.get())
+        return record
+
+    factory._ocrfleet = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
+def _queues_of(options: dict[str, Any]) -> list[str]:
+    queues = options.get("queues") or []
+    if isinstance(queues, str):
+        queues = queues.split(",")
+    return [str(queue).strip() for queue in queues]
+
+
+def _on_celeryd_init(sender: Any = None, conf: Any = None, options: Any = None, **_: Any) -> None:
+    """In the worker's main process, before logging is set up and before any fork."""
+    install_log_record_factory()
+    _state["main_pid"] = os.getpid()
+    queues = _queues_of(options or {})
+    _state["load_models"] = any(queue.startswith("gpu") for queue in queues)
+
+
+def _on_worker_process_init(**_: Any) -> None:
+    """In each pool child, before it accepts a task: load the models here, never in the
+    parent (CUDA does not survive a fork). A child that cannot load them stops the whole
+    worker, so a bad model path is an error at start, not at the first page."""
+    if not _state["load_models"]:
+        return
+    from ocrfleet.tasks.tasks import context
+
+    try:
+        context().toolkit  # noqa: B018 - loading is the point
+    except Exception:
+        log.critical("cannot load the models; stopping this worker", exc_info=True)
+        main_pid = _state["main_pid"]
+        if main_pid is not None and main_pid != os.getpid():  # a pool child: stop the worker
+            os.kill(main_pid, signal.SIGTERM)
+        os._exit(EX_CONFIG)
+    log.info("models loaded in pool process %s", os.getpid())
+
+
+_task_tokens: dict[str, contextvars.Token[dict[str, Any]]] = {}
+
+
+def _on_task_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
+    if task_id is None:
+        return
+    values = {**_log_context.get(), "task": getattr(task, "name", "?"), "task_id": task_id}
+    _task_tokens[task_id] = _log_context.set(values)
+
+
+def _on_task_postrun(task_id: str | None = None, **_: Any) -> None:
+    token = _task_tokens.pop(task_id or "", None)
+    if token is not None:
+        _log_context.reset(token)
+
+
+def connect(app: Celery) -> None:
+    """Connect the worker handlers (idempotent: dispatch_uid)."""
+    celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid="ocrfleet.celeryd_init")
+    worker_process_init.connect(
+        _on_worker_process_init, weak=False, dispatch_uid="ocrfleet.worker_process_init"
+    )
+    task_prerun.connect(_on_task_prerun, weak=False, dispatch_uid="ocrfleet.task_prerun")
+    task_postrun.connect(_on_task_postrun, weak=False, dispatch_uid="ocrfleet.task_postrun")

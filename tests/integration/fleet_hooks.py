@@ -1,0 +1,105 @@
+"""Test-only worker hooks: SIGKILL the worker process in the middle of chosen pages.
+
+Loaded into the workers by the tests with `ocrfleet worker --include
+tests.integration.fleet_hooks`; production code has no hook of its own: this module
+connects to ocrfleet's public `page_started` signal and to SQLAlchemy's engine events.
+
+Marker files in $FLEET_KILL_DIR name pages as `<document sha256>-<page number>`:
+- `once-<sha>-<n>`: the first delivery dies in the middle of the page's transaction (at
+  its first candidate INSERT: regions written, nothing committed); the file is consumed.
+- `always-<sha>-<n>`: every delivery dies as soon as it has started.
+- `slow-<sha>-<n>`: every delivery sleeps at its first candidate INSERT until the soft time
+  limit interrupts it.
+- `stubborn-<sha>-<n>`: the same, but it ignores the soft limit, so the hard limit kills it.
+Each kill appends the dying pid to `killed-<kind>-<sha>-<n>`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import task_postrun
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
+
+from ocrfleet.tasks.signals import page_started
+from ocrfleet.tasks.tasks import context
+
+_armed: dict[str, str] = {}
+
+
+def _kill_dir() -> Path | None:
+    value = os.environ.get("FLEET_KILL_DIR")
+    return Path(value) if value else None
+
+
+def _page_key(page_id: int) -> str:
+    with context().session() as session:
+        sha256, number = session.execute(
+            text(
+                "SELECT d.sha256, p.number FROM pages p "
+                "JOIN documents d ON d.id = p.document_id WHERE p.id = :id"
+            ),
+            {"id": page_id},
+        ).one()
+    return f"{sha256}-{number}"
+
+
+def _die(kill_dir: Path, kind: str, key: str) -> None:
+    with open(kill_dir / f"killed-{kind}-{key}", "a") as record:
+        record.write(f"{os.getpid()}\n")
+        record.flush()
+        os.fsync(record.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _on_page_started(sender: Any = None, page_id: int | None = None, **_: Any) -> None:
+    _armed.clear()
+    kill_dir = _kill_dir()
+    if kill_dir is None or page_id is None:
+        return
+    key = _page_key(page_id)
+    if (kill_dir / f"always-{key}").exists():
+        _die(kill_dir, "always", key)
+    for kind in ("once", "slow", "stubborn"):
+        if (kill_dir / f"{kind}-{key}").exists():
+            _armed["key"], _armed["kind"] = key, kind
+
+
+def _before_cursor_execute(
+    conn: Any, cursor: Any, statement: str, *args: Any, **kwargs: Any
+) -> None:
+    key = _armed.get("key")
+    kill_dir = _kill_dir()
+    if key is None or kill_dir is None:
+        return
+    if not statement.lstrip().upper().startswith("INSERT INTO CANDIDATES"):
+        return
+    if _armed.get("kind") == "slow":
+        time.sleep(3600)  # the soft time limit raises in here
+    if _armed.get("kind") == "stubborn":
+        while True:
+            try:
+                time.sleep(3600)
+            except SoftTimeLimitExceeded:
+                continue  # only the hard time limit (SIGKILL from the pool) stops this
+    try:
+        os.unlink(kill_dir / f"once-{key}")  # atomic claim: exactly one process wins it
+    except FileNotFoundError:
+        _armed.clear()
+        return
+    _die(kill_dir, "once", key)
+
+
+def _on_task_postrun(**_: Any) -> None:
+    _armed.clear()
+
+
+page_started.connect(_on_page_started, weak=False, dispatch_uid="fleet_hooks.page_started")
+task_postrun.connect(_on_task_postrun, weak=False, dispatch_uid="fleet_hooks.task_postrun")
+event.listen(Engine, "before_cursor_execute", _before_cursor_execute)
