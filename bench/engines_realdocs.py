@@ -12,16 +12,20 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from PIL import Image
 
-from ocrfleet import ir
-from ocrfleet.engines.rapidocr import RapidDetector, RapidRecogniser
-from ocrfleet.engines.tesseract import TesseractRecogniser
-from ocrfleet.metrics import cer
-from ocrfleet.pipeline.recognise import recognise
-from ocrfleet.pipeline.regions import crop, detect_regions
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.corpus import REALDOCS  # noqa: E402
+from ocrfleet import ir  # noqa: E402
+from ocrfleet.engines.rapidocr import RapidDetector, RapidRecogniser  # noqa: E402
+from ocrfleet.engines.tesseract import TesseractRecogniser  # noqa: E402
+from ocrfleet.metrics import cer  # noqa: E402
+from ocrfleet.pipeline.recognise import recognise  # noqa: E402
+from ocrfleet.pipeline.regions import crop, detect_regions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = ["phototest", "eurotext", "8071_093.3B", "8087_054.3B"]
@@ -47,7 +51,7 @@ def zones(path: Path) -> list[ir.BBox]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--realdocs", type=Path, default=REPO.parent / "shared/data/realdocs")
+    parser.add_argument("--realdocs", type=Path, default=REALDOCS)
     parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args()
     folder = args.realdocs / "tesseract_test"

@@ -39,14 +39,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from PIL import Image, PngImagePlugin  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
+from bench.corpus import real_pages, tagged_png  # noqa: E402
 from ocrfleet import client  # noqa: E402
 from ocrfleet.config import Settings  # noqa: E402
 from ocrfleet.db.migrate import upgrade  # noqa: E402
-from ocrfleet.pipeline.images import encode_png  # noqa: E402
-from ocrfleet.pipeline.split import iter_pages  # noqa: E402
 from ocrfleet.workers.devices import parse_devices, thread_share  # noqa: E402
 from tests.conftest import PG_ADMIN_URL, free_port, wait_for_port  # noqa: E402
 from tests.integration.fleet_helpers import (  # noqa: E402
@@ -56,32 +54,6 @@ from tests.integration.fleet_helpers import (  # noqa: E402
     start_workers,
     wait_finished,
 )
-
-REALDOCS = REPO.parent / "shared" / "data" / "realdocs"
-
-
-def corpus(settings: Settings, limit: int) -> list[bytes]:
-    """Real pages (UNLV scans, phototest, eurotext, olmOCR-bench PDF pages) as PNGs."""
-    sources = sorted((REALDOCS / "tesseract_test").glob("*.tif")) + sorted(
-        (REALDOCS / "olmocr_bench_sample" / "pdfs").glob("*.pdf")
-    )
-    pages: list[bytes] = []
-    for source in sources:
-        for image in iter_pages(source.read_bytes(), settings):
-            pages.append(encode_png(image))
-            if len(pages) == limit:
-                return pages
-    return pages
-
-
-def tagged_png(data: bytes, tag: str) -> bytes:
-    """The same pixels with a text chunk, so each submission has its own sha256."""
-    info = PngImagePlugin.PngInfo()
-    info.add_text("bench", tag)
-    out = io.BytesIO()
-    Image.open(io.BytesIO(data)).save(out, format="PNG", pnginfo=info, compress_level=1)
-    return out.getvalue()
-
 
 # -- services ----------------------------------------------------------------------------
 
@@ -355,7 +327,7 @@ def main() -> None:
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         env = stack.enter_context(services(stack))
         settings = settings_from(env)
-        pages = corpus(settings, args.pages)
+        pages = real_pages(settings, args.pages)
         bare = bare_rate(pages, settings, args.workers, threads)
         fleet, idle_ms, backlog_ms = fleet_rate(pages, env, args.workers, Path(tmp))
     print(

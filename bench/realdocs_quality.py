@@ -25,10 +25,12 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from ocrfleet.metrics import cer, normalize_ws
-
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_REALDOCS = REPO.parent / "shared" / "data" / "realdocs"
+sys.path.insert(0, str(REPO))
+
+from bench.corpus import REALDOCS  # noqa: E402
+from ocrfleet.metrics import cer, normalize_ws  # noqa: E402
+
 QUOTES = str.maketrans({"‘": "'", "’": "'", "“": '"', "”": '"', "–": "-", "—": "-", "ﬁ": "fi"})
 
 
@@ -90,7 +92,7 @@ def page_texts(db_url: str) -> dict[tuple[str, int], str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--realdocs", type=Path, default=DEFAULT_REALDOCS)
+    parser.add_argument("--realdocs", type=Path, default=REALDOCS)
     args = parser.parse_args()
     tess = args.realdocs / "tesseract_test"
     olm = args.realdocs / "olmocr_bench_sample"

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from PIL import Image
 
+from bench.corpus import REALDOCS
 from ocrfleet import ir
 from ocrfleet.engines.base import Recogniser
 from ocrfleet.metrics import cer, normalize_ws
 from ocrfleet.pipeline.images import load_image
 from ocrfleet.pipeline.regions import crop
 
-REALDOCS = Path("/work/shared/data/realdocs")
 UW3 = REALDOCS / "uw3_500_ocropy" / "lines"
 UNLV = REALDOCS / "tesseract_test"
 UNLV_PAGES = ("8071_093.3B", "8087_054.3B")

@@ -13,6 +13,7 @@ The last line reads `ratio run/bare: X.XX`.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,26 +22,12 @@ import numpy as np
 
 from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
-from ocrfleet.pipeline.images import encode_png
-from ocrfleet.pipeline.split import iter_pages
 from ocrfleet.service import Context, ingest, process_page
 
 REPO = Path(__file__).resolve().parents[1]
-REALDOCS = REPO.parent / "shared" / "data" / "realdocs"
+sys.path.insert(0, str(REPO))
 
-
-def corpus(settings: Settings, limit: int) -> list[bytes]:
-    """Real pages: UNLV scans, phototest, eurotext, then olmOCR-bench PDF pages, as PNGs."""
-    sources = sorted((REALDOCS / "tesseract_test").glob("*.tif")) + sorted(
-        (REALDOCS / "olmocr_bench_sample" / "pdfs").glob("*.pdf")
-    )
-    pages: list[bytes] = []
-    for source in sources:
-        for image in iter_pages(source.read_bytes(), settings):
-            pages.append(encode_png(image))
-            if len(pages) == limit:
-                return pages
-    return pages
+from bench.corpus import real_pages, tagged_png  # noqa: E402
 
 
 def bare_loop(pages: list[bytes]) -> float:
@@ -68,30 +55,17 @@ def ocrfleet_run(pages: list[bytes], workdir: Path) -> float:
     started = time.perf_counter()
     for number, data in enumerate(pages):
         # A distinct input per page (the same bytes would be deduplicated).
-        outcome = ingest(ctx, f"page{number}.png", data=_tagged_png(data, number))
+        outcome = ingest(ctx, f"page{number}.png", data=tagged_png(data, str(number)))
         for page_id in outcome.page_ids:
             process_page(ctx, page_id)
     return time.perf_counter() - started
-
-
-def _tagged_png(data: bytes, number: int) -> bytes:
-    """The same pixels with a text chunk, so each input has its own sha256."""
-    from io import BytesIO
-
-    from PIL import Image, PngImagePlugin
-
-    info = PngImagePlugin.PngInfo()
-    info.add_text("bench", str(number))
-    out = BytesIO()
-    Image.open(BytesIO(data)).save(out, format="PNG", pnginfo=info, compress_level=1)
-    return out.getvalue()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=12)
     args = parser.parse_args()
-    pages = corpus(Settings(), args.pages)
+    pages = real_pages(Settings(), args.pages)
     with tempfile.TemporaryDirectory() as tmp:
         bare = bare_loop(pages)
         run = ocrfleet_run(pages, Path(tmp))

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.corpus import REALDOCS  # noqa: F401  (tests import it from here)
+
 REPO = Path(__file__).resolve().parents[1]
-REALDOCS = REPO.parent / "shared" / "data" / "realdocs"
 PG_ADMIN_URL = os.environ.get(
     "OCRFLEET_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )

@@ -24,8 +24,9 @@ from ocrfleet.scorers.consensus import (
     load_calibration,
 )
 from ocrfleet.scorers.features import FEATURE_NAMES
+from tests.conftest import REALDOCS
 
-UW3 = Path("/work/shared/data/realdocs/uw3_500_ocropy/lines")
+UW3 = REALDOCS / "uw3_500_ocropy" / "lines"
 SETTINGS = Settings(scorer="consensus")
 
 
