@@ -4,9 +4,10 @@
 every document, then uploads the bytes to `intake/<sha256>` and enqueues `ocrfleet.ingest`
 by name. So it returns the document id at once, and the same content submitted twice is
 the same document (the second submit enqueues nothing unless the first never got past
-`pending`). The run id is computed here from the settings alone (`runs.run_config` loads no
-model): submitters and workers must share the settings that make it, and the ingest task
-fails a document submitted under another run, with that reason.
+`pending`). The run id is `OCRFLEET_RUN_ID` when pinned (the fleet registers its run when a
+worker starts, so an upload service needs no engine files), else computed here from the
+settings alone (`runs.run_config` loads no model, but hashes the model files); the ingest
+task fails a document submitted under another run, with that reason.
 """
 
 from __future__ import annotations
@@ -92,10 +93,22 @@ def _store(settings: Settings) -> ObjectStore:
 
 
 def _run(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The run to submit under: the pinned `OCRFLEET_RUN_ID` as the fleet registered it, or
+    the hash of this process's own run configuration."""
     key = settings.model_dump_json()
     if key not in _runs:
-        config = run_config(settings)
-        _runs[key] = (run_id_of(config), config)
+        if settings.run_id is not None:
+            with session_scope(settings.database_url) as session:
+                run = session.get(models.Run, settings.run_id)
+                if run is None:
+                    raise SubmitError(
+                        f"run {settings.run_id} (OCRFLEET_RUN_ID) is not registered: "
+                        "a worker of that run registers it when it starts"
+                    )
+                _runs[key] = (run.id, run.config)
+        else:
+            config = run_config(settings)
+            _runs[key] = (run_id_of(config), config)
     return _runs[key]
 
 

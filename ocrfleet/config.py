@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     result_backend: str | None = None
 
+    # Pin the run: submitters use this id instead of hashing the engines' model files (an
+    # upload service need not have them); a worker whose configuration hashes to another
+    # run refuses to start.
+    run_id: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
     # What produces output (all of these enter run_id through `output_config`).
     engines: CommaList = ["rapidocr"]
     scorer: Literal["consensus", "jev"] = "consensus"

@@ -55,7 +55,14 @@ class Context:
     def run_id(self) -> str:
         if self._run_id is None:
             with self.session() as session:
-                self._run_id = ensure_run(session, self.run_config)
+                run_id = ensure_run(session, self.run_config)
+            pinned = self.settings.run_id
+            if pinned is not None and pinned != run_id:
+                raise RuntimeError(
+                    f"OCRFLEET_RUN_ID is {pinned}, but this process's settings and model "
+                    f"files make run {run_id}: fix the settings or the pin"
+                )
+            self._run_id = run_id
         return self._run_id
 
 

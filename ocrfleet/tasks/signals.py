@@ -92,7 +92,9 @@ def _on_worker_process_init(**_: Any) -> None:
     from ocrfleet.tasks.tasks import context
 
     try:
-        context().toolkit  # noqa: B018 - loading is the point
+        ctx = context()
+        ctx.toolkit  # noqa: B018 - loading is the point
+        log.info("worker runs %s", ctx.run_id)  # registers the run; fails on a wrong pin
     except Exception:
         log.critical("cannot load the models; stopping this worker", exc_info=True)
         main_pid = _state["main_pid"]

@@ -11,6 +11,7 @@ from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.db.migrate import upgrade
+from ocrfleet.db.session import session_scope
 from ocrfleet.service import Context, ingest, process_page
 from tests.fixtures.badinputs import BadInput, cases, pdf_bytes
 
@@ -59,3 +60,30 @@ def test_a_batch_with_bad_inputs_goes_on(db_url: str, tmp_path: Path) -> None:
     with ctx.session() as session:
         doc = session.get(models.Document, done.document_id)
         assert (doc.status, doc.pages_done) == ("done", 2)
+
+
+def test_a_pinned_run_needs_no_engine_files_and_must_match(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """An upload service pins OCRFLEET_RUN_ID: it submits under the run a worker registered,
+    and a worker whose settings make another run refuses to work."""
+    from ocrfleet import client
+    from ocrfleet.service import Context
+
+    upgrade(pg_url)
+    fleet = Settings(
+        database_url=pg_url, store_url=f"file://{tmp_path / 'store'}", broker_url=redis_url
+    )
+    registered = Context(fleet).run_id
+    pinned = fleet.model_copy(update={"run_id": "f" * 64})
+    with pytest.raises(client.SubmitError, match="is not registered"):
+        client.submit(pdf_bytes(pages=1), settings=pinned)
+
+    submitter = fleet.model_copy(update={"run_id": registered})
+    document_id = client.submit(pdf_bytes(pages=1), settings=submitter)
+    with session_scope(pg_url) as session:
+        assert session.get(models.Document, document_id).run_id == registered
+
+    with pytest.raises(RuntimeError, match="OCRFLEET_RUN_ID"):
+        Context(fleet.model_copy(update={"run_id": "f" * 64, "dpi": 150})).run_id  # noqa: B018
+
