@@ -30,3 +30,23 @@ class Scorer(Protocol):
     def score(self, units: list[Unit]) -> list[ir.Score]:
         """One Score per unit, in order. Never raises for a bad unit: that is a verdict."""
         ...
+
+
+def judgement(
+    scorer: Scorer,
+    unit: Unit,
+    verdict: ir.Verdict,
+    *,
+    score: float | None = None,
+    error: str | None = None,
+) -> ir.Score:
+    """The Score a scorer gives a unit: the one place a Score is made from a Unit."""
+    return ir.Score(
+        region_number=unit.region_number,
+        engine=unit.engine,
+        scorer=scorer.name,
+        scorer_version=scorer.version,
+        verdict=verdict,
+        score=score,
+        error=error,
+    )

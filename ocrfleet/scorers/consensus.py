@@ -30,7 +30,7 @@ from PIL import Image
 from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.engines.base import Recogniser
-from ocrfleet.scorers.base import Unit
+from ocrfleet.scorers.base import Unit, judgement
 from ocrfleet.scorers.features import FEATURE_NAMES, Reading, unit_features
 from ocrfleet.scorers.precheck import precheck
 from ocrfleet.scorers.render import RenderError, content_bounds, render, renderer_version
@@ -373,33 +373,16 @@ class ConsensusScorer:
         scores = []
         for i, (unit, value) in enumerate(zip(units, computed, strict=True)):
             if isinstance(value, Failure):
-                scores.append(self._score(unit, value.verdict, error=value.error))
+                scores.append(judgement(self, unit, value.verdict, error=value.error))
             elif math.isfinite(probabilities[i]):
-                scores.append(self._score(unit, ir.Verdict.scored, score=probabilities[i]))
+                scores.append(judgement(self, unit, ir.Verdict.scored, score=probabilities[i]))
             else:
                 scores.append(
-                    self._score(
+                    judgement(
+                        self,
                         unit,
                         ir.Verdict.forward_failed,
                         error=f"non-finite score {probabilities[i]}",
                     )
                 )
         return scores
-
-    def _score(
-        self,
-        unit: Unit,
-        verdict: ir.Verdict,
-        *,
-        score: float | None = None,
-        error: str | None = None,
-    ) -> ir.Score:
-        return ir.Score(
-            region_number=unit.region_number,
-            engine=unit.engine,
-            scorer=self.name,
-            scorer_version=self.version,
-            verdict=verdict,
-            score=score,
-            error=error,
-        )

@@ -18,7 +18,7 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
-from ocrfleet.scorers.base import Unit
+from ocrfleet.scorers.base import Unit, judgement
 from ocrfleet.scorers.precheck import precheck
 from ocrfleet.scorers.render import RenderError, content_bounds, render, renderer_version
 
@@ -187,26 +187,6 @@ class JevScorer:
 
     # -- scoring -----------------------------------------------------------------------
 
-    def _verdict(self, unit: Unit, verdict: ir.Verdict, error: str) -> ir.Score:
-        return ir.Score(
-            region_number=unit.region_number,
-            engine=unit.engine,
-            scorer=self.name,
-            scorer_version=self.version,
-            verdict=verdict,
-            error=error,
-        )
-
-    def _scored(self, unit: Unit, score: float) -> ir.Score:
-        return ir.Score(
-            region_number=unit.region_number,
-            engine=unit.engine,
-            scorer=self.name,
-            scorer_version=self.version,
-            verdict=ir.Verdict.scored,
-            score=score,
-        )
-
     def forward(self, pairs: list[tuple[Unit, Image.Image]]) -> list[float]:
         """P(consistent) for each pair, in one forward pass. Raises on any failure."""
         import torch
@@ -254,7 +234,7 @@ class JevScorer:
                 start += len(chunk)
                 continue
             for item, score in zip(chunk, scores, strict=True):
-                out[item.index] = self._scored(item.unit, score)
+                out[item.index] = judgement(self, item.unit, ir.Verdict.scored, score=score)
             start += len(chunk)
 
     def _score_one(self, item: Prepared) -> ir.Score:
@@ -263,10 +243,12 @@ class JevScorer:
         except Exception as error:
             self._free_cuda()
             return self._failed_forward(item.unit, error)
-        return self._scored(item.unit, score)
+        return judgement(self, item.unit, ir.Verdict.scored, score=score)
 
     def _failed_forward(self, unit: Unit, error: BaseException) -> ir.Score:
-        return self._verdict(unit, ir.Verdict.forward_failed, f"{type(error).__name__}: {error}")
+        return judgement(
+            self, unit, ir.Verdict.forward_failed, error=f"{type(error).__name__}: {error}"
+        )
 
     def score(self, units: list[Unit]) -> list[ir.Score]:
         out: list[ir.Score | None] = [None] * len(units)
@@ -274,17 +256,17 @@ class JevScorer:
         for index, unit in enumerate(units):
             reason = precheck(unit, self.settings)
             if reason is not None:
-                out[index] = self._verdict(unit, ir.Verdict.precheck_failed, reason)
+                out[index] = judgement(self, unit, ir.Verdict.precheck_failed, error=reason)
                 continue
             try:
                 rendered = self.render_unit(unit)
             except RenderError as error:
-                out[index] = self._verdict(unit, ir.Verdict.render_failed, str(error))
+                out[index] = judgement(self, unit, ir.Verdict.render_failed, error=str(error))
                 continue
             except Exception as error:  # a renderer bug must not take the page down
                 log.exception("jev: renderer crashed on region %d", unit.region_number)
                 reason = f"renderer crashed: {type(error).__name__}: {error}"
-                out[index] = self._verdict(unit, ir.Verdict.render_failed, reason)
+                out[index] = judgement(self, unit, ir.Verdict.render_failed, error=reason)
                 continue
             ready.append(Prepared(index, unit, rendered))
         self._forward_all(ready, out)
