@@ -251,6 +251,8 @@ def test_minicpm_says_what_it_needs():
 
 def test_phototest_page_reads_with_low_error(detector, rapid, tess):
     folder = REALDOCS / "tesseract_test"
+    if not folder.is_dir():
+        pytest.skip(f"no real documents under {REALDOCS} (set OCRFLEET_REALDOCS)")
     image = Image.open(folder / "phototest.tif").convert("RGB")
     truth = (folder / "phototest.txt").read_text(encoding="utf-8")
     regions = detect_regions(image, detector)
