@@ -1,0 +1,67 @@
+"""Where a page's time goes: detection, recognition, scoring, against RapidOCR's own pipeline
+on the same page in the same process.
+
+    python bench/page_stages.py [--pages 6]
+
+Prints one line per page and the totals; the last line reads
+`share of page time: detect X.XX recognise X.XX score X.XX`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.corpus import real_pages  # noqa: E402
+from ocrfleet.config import Settings  # noqa: E402
+from ocrfleet.pipeline.images import load_image  # noqa: E402
+from ocrfleet.pipeline.recognise import recognise  # noqa: E402
+from ocrfleet.pipeline.regions import detect_regions  # noqa: E402
+from ocrfleet.pipeline.review import score_units  # noqa: E402
+from ocrfleet.toolkit import load_toolkit  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=6)
+    args = parser.parse_args()
+    from rapidocr import RapidOCR
+
+    settings = Settings()
+    toolkit = load_toolkit(settings)
+    bare = RapidOCR()
+    totals = np.zeros(4)
+    for number, data in enumerate(real_pages(settings, args.pages), start=1):
+        page = load_image(data)
+        started = time.perf_counter()
+        bare(np.asarray(page))
+        marks = [time.perf_counter()]
+        regions = detect_regions(page, toolkit.detector)
+        marks.append(time.perf_counter())
+        candidates = recognise(page, regions, toolkit.recognisers, settings.rec_batch_size)
+        marks.append(time.perf_counter())
+        score_units(page, regions, candidates, toolkit.scorer)
+        marks.append(time.perf_counter())
+        times = np.diff([started, *marks])
+        totals += times
+        print(
+            f"page {number}: {len(regions)} regions, bare {times[0]:.2f} s, detect "
+            f"{times[1]:.2f} s, recognise {times[2]:.2f} s, score {times[3]:.2f} s"
+        )
+    ours = totals[1:].sum()
+    print(f"bare rapidocr: {totals[0]:.1f} s; ocrfleet stages: {ours:.1f} s")
+    print(
+        f"share of page time: detect {totals[1] / ours:.2f} recognise {totals[2] / ours:.2f} "
+        f"score {totals[3] / ours:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
