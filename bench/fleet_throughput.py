@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -39,14 +38,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy import text  # noqa: E402
 
 from bench.corpus import real_pages, tagged_png  # noqa: E402
 from ocrfleet import client  # noqa: E402
 from ocrfleet.config import Settings  # noqa: E402
 from ocrfleet.db.migrate import upgrade  # noqa: E402
 from ocrfleet.workers.devices import parse_devices, thread_share  # noqa: E402
-from tests.conftest import PG_ADMIN_URL, free_port, wait_for_port  # noqa: E402
+from tests.conftest import free_port, temporary_pg_database, wait_for_port  # noqa: E402
 from tests.integration.fleet_helpers import (  # noqa: E402
     fleet_env,
     render_page,
@@ -71,21 +70,14 @@ def process(argv: list[str], port: int, env: dict[str, str] | None = None) -> It
 
 @contextmanager
 def database() -> Iterator[str]:
-    name = f"ocrfleet_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        from ocrfleet.db.session import dispose_engines
+    with temporary_pg_database("ocrfleet_bench") as url:
+        try:
+            upgrade(url)
+            yield url
+        finally:
+            from ocrfleet.db.session import dispose_engines
 
-        dispose_engines()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+            dispose_engines()
 
 
 @contextmanager
