@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, text
@@ -84,9 +86,6 @@ def document_summaries(session: Session, document_ids: list[int]) -> list[Docume
 
 def resolve_document(session: Session, ref: str) -> int | None:
     """A document id, an input's sha256, or an input's path (hashed); newest match wins."""
-    import hashlib
-    from pathlib import Path
-
     if ref.isdigit() and session.get(models.Document, int(ref)) is not None:
         return int(ref)
     sha256 = ref.lower()

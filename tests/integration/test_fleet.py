@@ -10,12 +10,9 @@ from pathlib import Path
 import pytest
 
 from ocrfleet import client
-from ocrfleet.db.migrate import upgrade
-from ocrfleet.db.session import dispose_engines
 from tests.integration.fleet_helpers import (
     Workers,
     assert_written_once,
-    fleet_env,
     make_document,
     ocrfleet_cli,
     page_lines,
@@ -29,17 +26,6 @@ from tests.integration.fleet_helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def env(
-    pg_url: str, redis_url: str, s3_bucket: str, moto_endpoint: str
-) -> Iterator[dict[str, str]]:
-    upgrade(pg_url)
-    yield fleet_env(
-        pg_url=pg_url, broker_url=redis_url, bucket=s3_bucket, moto_endpoint=moto_endpoint
-    )
-    dispose_engines()  # let the fixture drop the database
 
 
 @pytest.fixture

@@ -86,4 +86,3 @@ def test_a_pinned_run_needs_no_engine_files_and_must_match(
 
     with pytest.raises(RuntimeError, match="OCRFLEET_RUN_ID"):
         Context(fleet.model_copy(update={"run_id": "f" * 64, "dpi": 150})).run_id  # noqa: B018
-

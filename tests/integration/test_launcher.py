@@ -16,15 +16,12 @@ from typing import TypeVar
 import pytest
 
 from ocrfleet import client
-from ocrfleet.db.migrate import upgrade
-from ocrfleet.db.session import dispose_engines
 from ocrfleet.tasks.app import create_app
 from tests.integration.fleet_helpers import (
     Workers,
     children_of,
     descendants,
     environ_of,
-    fleet_env,
     make_document,
     queue_depths,
     rows,
@@ -47,17 +44,6 @@ def eventually(probe: Callable[[], T | None], timeout: float, what: str) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.1)
-
-
-@pytest.fixture
-def env(
-    pg_url: str, redis_url: str, s3_bucket: str, moto_endpoint: str
-) -> Iterator[dict[str, str]]:
-    upgrade(pg_url)
-    yield fleet_env(
-        pg_url=pg_url, broker_url=redis_url, bucket=s3_bucket, moto_endpoint=moto_endpoint
-    )
-    dispose_engines()
 
 
 @pytest.fixture
