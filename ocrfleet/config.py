@@ -77,6 +77,24 @@ class Settings(BaseSettings):
         None, ge=1, description="onnxruntime intra-op threads for RapidOCR; unset: its default"
     )
 
+    # Layout, MiniCPM-OCR and the engine chain (issue 10). All enter run_id.
+    layout: Literal["rapid", "lines"] = Field(
+        "rapid", description="rapid: layout blocks with categories; lines: text lines only"
+    )
+    engine_mode: Literal["best_of_n", "chain"] = Field(
+        "best_of_n",
+        description="best_of_n: every engine reads every region and the scorer picks; chain: "
+        "the next engine reads only what the ones before it failed on",
+    )
+    engine_timeout_s: float | None = Field(
+        None, gt=0, description="per engine call in chain mode; a slower call hands on"
+    )
+    minicpm_dtype: str = "bfloat16"
+    minicpm_device: str = "auto"
+    minicpm_batch_size: int = Field(8, ge=1)
+    minicpm_attn_implementation: str = "sdpa"
+    minicpm_max_new_tokens: int = Field(1024, ge=1)
+
     @field_validator("engines", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
@@ -95,7 +113,9 @@ class Settings(BaseSettings):
 
     def threshold(self, category: str) -> float:
         """The effective auto-accept threshold: the setting, else the scorer's default."""
-        value = getattr(self, f"threshold_{category}")
+        from ocrfleet.ir import Category
+
+        value = getattr(self, f"threshold_{Category(category).scored_as.value}")
         return float(SCORER_THRESHOLDS[self.scorer] if value is None else value)
 
 

@@ -9,9 +9,29 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Category(StrEnum):
+    """What a region holds. The scorers and thresholds know three kinds (`scored_as`); the
+    other layout classes are read and scored as text but kept apart so headers, footers
+    and figures stay visible in the output and the review queue."""
+
     text = "text"
     formula = "formula"
     table = "table"
+    title = "title"
+    figure = "figure"
+    header = "header"
+    footer = "footer"
+    reference = "reference"
+
+    @property
+    def scored_as(self) -> Category:
+        """The Jev contract's category (text, formula or table) this region is judged as."""
+        if self in (Category.formula, Category.table):
+            return self
+        return Category.text
+
+    @property
+    def has_text(self) -> bool:
+        return self != Category.figure
 
 
 class Verdict(StrEnum):
@@ -86,6 +106,11 @@ class Region(_Model):
     category: Category = Category.text
     bbox: BBox
     det_score: float | None = None
+    # The layout block the region belongs to (1-based, in reading order); None without layout.
+    block: int | None = Field(None, ge=1)
+    # Text lines inside a table or formula block, in reading order: what a line engine reads
+    # when no engine for the block's category is configured.
+    lines: list[BBox] = []
 
 
 class Candidate(_Model):
@@ -96,6 +121,12 @@ class Candidate(_Model):
     text: str = ""
     confidence: float | None = None
     error: str | None = None
+    # The generation stopped at the token limit, not at its end: the text may be cut short.
+    truncated: bool = False
+    # A block read line by line (`lines`) by an engine without a mode for its category.
+    read_as: str | None = None
+    # Engines tried before this one in a fallback chain: "engine: why it was skipped".
+    skipped: list[str] = []
 
 
 class Score(_Model):

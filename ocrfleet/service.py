@@ -198,9 +198,9 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
             return ir.PageStatus(page.status)
         number, image_uri = page.number, page.image_uri
 
-    image = load_image(ctx.store.get(ctx.store.key_of(image_uri)))
+    data = ctx.store.get(ctx.store.key_of(image_uri))
+    image = load_image(data)
     result = process_image(number, image, ctx.toolkit)
-    output_sha256 = hashlib.sha256(canonical_json(result.model_dump(mode="json")).encode())
 
     with ctx.session() as session:
         save_page_result(session, page_id, result)
@@ -208,10 +208,17 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
             session,
             page_id,
             ir.PageStatus.done,
-            output_sha256=output_sha256.hexdigest(),
+            input_sha256=hashlib.sha256(data).hexdigest(),
+            output_sha256=output_sha256(result),
             params=page_params(ctx, image),
         )
     return ir.PageStatus.done
+
+
+def output_sha256(result: ir.PageResult) -> str:
+    """The hash of a page's output: the canonical JSON of its regions and texts (and their
+    scores and decisions), what `ocrfleet repro` compares across runs."""
+    return hashlib.sha256(canonical_json(result.model_dump(mode="json")).encode()).hexdigest()
 
 
 def page_params(ctx: Context, image: Any) -> dict[str, Any]:

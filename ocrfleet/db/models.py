@@ -32,6 +32,9 @@ NAMING = {
 }
 
 IdType = BigInteger().with_variant(Integer(), "sqlite")
+REGION_CATEGORIES = (
+    "'text','formula','table','title','figure','header','footer','reference'"  # ir.Category
+)
 
 
 def utcnow() -> datetime:
@@ -96,6 +99,7 @@ class Page(Base):
     deliveries: Mapped[int] = mapped_column(Integer, default=0)
     reason: Mapped[str | None] = mapped_column(Text)
     params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    input_sha256: Mapped[str | None] = mapped_column(String(64))  # of the page image's PNG
     output_sha256: Mapped[str | None] = mapped_column(String(64))
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
@@ -106,7 +110,7 @@ class Region(Base):
     __tablename__ = "regions"
     __table_args__ = (
         UniqueConstraint("page_id", "number"),
-        CheckConstraint("category in ('text','formula','table')", name="category"),
+        CheckConstraint(f"category in ({REGION_CATEGORIES})", name="category"),
     )
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     page_id: Mapped[int] = mapped_column(ForeignKey("pages.id", ondelete="CASCADE"))
@@ -117,6 +121,8 @@ class Region(Base):
     x1: Mapped[int] = mapped_column(Integer)
     y1: Mapped[int] = mapped_column(Integer)
     det_score: Mapped[float | None] = mapped_column(Float)
+    block: Mapped[int | None] = mapped_column(Integer)
+    lines: Mapped[list[list[int]] | None] = mapped_column(JSON)  # [x0, y0, x1, y1] each
     chosen_engine: Mapped[str | None] = mapped_column(String(32))
     accepted: Mapped[bool | None]
 
@@ -130,6 +136,9 @@ class Candidate(Base):
     text: Mapped[str] = mapped_column(Text, default="")
     confidence: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
+    truncated: Mapped[bool] = mapped_column(default=False)
+    read_as: Mapped[str | None] = mapped_column(String(16))
+    skipped: Mapped[list[str] | None] = mapped_column(JSON)
 
 
 class Score(Base):

@@ -116,6 +116,8 @@ def save_page_result(session: Session, page_id: int, result: ir.PageResult) -> N
                 "x1": region.bbox.x1,
                 "y1": region.bbox.y1,
                 "det_score": region.det_score,
+                "block": region.block,
+                "lines": [list(line.as_tuple()) for line in region.lines] or None,
                 "chosen_engine": d.chosen_engine if (d := decisions.get(region.number)) else None,
                 "accepted": d.accepted if d else None,
             }
@@ -137,6 +139,9 @@ def save_page_result(session: Session, page_id: int, result: ir.PageResult) -> N
                 "text": c.text,
                 "confidence": c.confidence,
                 "error": c.error,
+                "truncated": c.truncated,
+                "read_as": c.read_as,
+                "skipped": c.skipped or None,
             }
             for c in result.candidates
         ],
@@ -205,6 +210,8 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
             Region.x1,
             Region.y1,
             Region.det_score,
+            Region.block,
+            Region.lines,
             Region.chosen_engine,
             Region.accepted,
         )
@@ -219,6 +226,9 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
             Candidate.text,
             Candidate.confidence,
             Candidate.error,
+            Candidate.truncated,
+            Candidate.read_as,
+            Candidate.skipped,
         )
         .join(Region, Region.id == Candidate.region_id)
         .where(Region.page_id == page_id)
@@ -271,6 +281,8 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
                 category=ir.Category(region.category),
                 bbox=ir.BBox(x0=region.x0, y0=region.y0, x1=region.x1, y1=region.y1),
                 det_score=region.det_score,
+                block=region.block,
+                lines=[ir.BBox(x0=a, y0=b, x1=c, y1=d) for a, b, c, d in region.lines or []],
             )
             for region in regions
         ],
@@ -281,6 +293,9 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
                 text=c.text,
                 confidence=c.confidence,
                 error=c.error,
+                truncated=c.truncated,
+                read_as=c.read_as,
+                skipped=c.skipped or [],
             )
             for c in candidates
         ],

@@ -15,10 +15,16 @@ __all__ = ["describe_engines", "load_detector", "load_recognisers"]
 
 
 def load_detector(settings: Settings) -> Detector:
-    """The region detector (RapidOCR's text-line detector; the only one so far)."""
+    """The region detector: layout blocks over RapidOCR's text lines (`OCRFLEET_LAYOUT=rapid`)
+    or the text lines alone (`lines`)."""
     from ocrfleet.engines.rapidocr import RapidDetector
 
-    return RapidDetector(threads=settings.onnx_threads)
+    lines = RapidDetector(threads=settings.onnx_threads)
+    if settings.layout == "lines":
+        return lines
+    from ocrfleet.engines.layout import LayoutDetector
+
+    return LayoutDetector(lines, threads=settings.onnx_threads)
 
 
 def load_recognisers(settings: Settings) -> list[Recogniser]:
@@ -32,8 +38,14 @@ def describe_engines(settings: Settings) -> dict[str, Any]:
     run_id: a version changes when a model file, engine version or output parameter does)."""
     from ocrfleet.engines.rapidocr import detector_version
 
+    detector = {"name": "rapidocr", "version": detector_version()}
+    if settings.layout == "rapid":
+        from ocrfleet.engines.layout import layout_version
+
+        detector = {"name": "rapid-layout", "version": f"{layout_version()}/{detector['version']}"}
     return {
-        "detector": {"name": "rapidocr", "version": detector_version()},
+        "detector": detector,
+        "mode": settings.engine_mode,
         "recognisers": [
             {"name": name, "version": _recogniser_version(name, settings)}
             for name in settings.engines
@@ -51,7 +63,9 @@ def _load_recogniser(name: str, settings: Settings) -> Recogniser:
 
         return TesseractRecogniser(lang=settings.tesseract_lang)
     if name == "minicpm":
-        _minicpm_unavailable(settings)
+        from ocrfleet.engines.minicpm import MiniCPMRecogniser
+
+        return MiniCPMRecogniser(settings)
     raise ValueError(f"unknown engine {name!r}; known: rapidocr, tesseract, minicpm")
 
 
@@ -65,16 +79,7 @@ def _recogniser_version(name: str, settings: Settings) -> str:
 
         return tesseract_version(settings.tesseract_lang)
     if name == "minicpm":
-        _minicpm_unavailable(settings)
+        from ocrfleet.engines.minicpm import version
+
+        return version(settings)
     raise ValueError(f"unknown engine {name!r}; known: rapidocr, tesseract, minicpm")
-
-
-def _minicpm_unavailable(settings: Settings) -> None:
-    where = (
-        "is not set" if settings.minicpm_model_path is None else f"is {settings.minicpm_model_path}"
-    )
-    raise NotImplementedError(
-        "minicpm engine needs OCRFLEET_MINICPM_MODEL_PATH (a local MiniCPM-OCR checkpoint "
-        f"folder; it {where}) and is not implemented in this build yet; use "
-        "OCRFLEET_ENGINES=rapidocr or rapidocr,tesseract"
-    )

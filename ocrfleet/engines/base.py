@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from PIL import Image
 
@@ -18,10 +18,21 @@ class Detector(Protocol):
         ...
 
 
+class Reading(NamedTuple):
+    """What a generative engine returns per crop; a plain (text, confidence) pair is too."""
+
+    text: str
+    confidence: float | None
+    truncated: bool = False  # generation stopped at the token limit, not at its end
+
+
 class Recogniser(Protocol):
     name: str
     version: str  # enters run_id (model file hashes)
 
     def recognise(self, crops: list[Image.Image]) -> list[tuple[str, float | None]]:
-        """(text, confidence in [0, 1] or None) per crop, in order, batched internally."""
+        """(text, confidence in [0, 1] or None) per crop, in order, batched internally.
+
+        An engine may also declare `categories`, the region categories it has its own mode
+        for (default: text only); other tables and formulas reach it line by line."""
         ...

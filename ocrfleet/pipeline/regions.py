@@ -73,16 +73,29 @@ def clip_bbox(bbox: ir.BBox, width: int, height: int) -> ir.BBox | None:
     return polygon_bbox([(bbox.x0, bbox.y0), (bbox.x1, bbox.y1)], width, height)
 
 
-def reading_order(boxes: Sequence[ir.BBox]) -> list[int]:
-    """Indices of `boxes` in reading order (see the module docstring)."""
+def reading_order(boxes: Sequence[ir.BBox], line_height: float | None = None) -> list[int]:
+    """Indices of `boxes` in reading order (see the module docstring).
+
+    For boxes that are blocks of many lines (layout blocks), pass the page's median text
+    line height: gutters and core margins are then measured in lines, not in block heights.
+    """
     if not boxes:
         return []
-    heights = sorted(b.height for b in boxes)
-    gutter = max(1.0, GUTTER_FACTOR * heights[len(heights) // 2])
-    cores = [_core(b) for b in boxes]
+    unit = line_height
+    if unit is None:
+        heights = sorted(b.height for b in boxes)
+        unit = heights[len(heights) // 2]
+    gutter = max(1.0, GUTTER_FACTOR * unit)
+    cores = [_core(b, line_height) for b in boxes]
     order: list[int] = []
     _order_group(list(range(len(boxes))), boxes, cores, gutter, order)
     return order
+
+
+def row_order(boxes: Sequence[ir.BBox]) -> list[int]:
+    """Indices of `boxes` row by row, left to right: the order of a table's cells, which
+    the XY-cut would read column by column."""
+    return _band_order(list(range(len(boxes))), boxes)
 
 
 def order_regions(regions: Sequence[ir.Region]) -> list[ir.Region]:
@@ -114,9 +127,10 @@ def crop(page: Image.Image, bbox: ir.BBox) -> Image.Image:
     return page.crop(bbox.as_tuple())
 
 
-def _core(b: ir.BBox) -> tuple[_Span, _Span]:
-    """(x span, y span) of the box shrunk by CORE_MARGIN of its height; never empty."""
-    m = CORE_MARGIN * b.height
+def _core(b: ir.BBox, line_height: float | None = None) -> tuple[_Span, _Span]:
+    """(x span, y span) of the box shrunk by CORE_MARGIN of its height (of at most one line
+    height); never empty."""
+    m = CORE_MARGIN * (b.height if line_height is None else min(b.height, line_height))
 
     def shrink(lo: int, hi: int) -> _Span:
         if hi - lo > 2 * m:

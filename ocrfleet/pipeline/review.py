@@ -22,6 +22,9 @@ NOT_SCORED = "not_scored"
 ALL_BELOW = "all_candidates_below_threshold"
 LOW_SCORE = "low_score"
 MISSING_SCORE = "missing"  # a non-error candidate that the scorer returned nothing for
+ENGINE_TRUNCATED = "engine_truncated"  # the chosen reading stopped at the token limit
+# A table or formula read line by line: no configured engine reads the block as a whole.
+NO_BLOCK_ENGINE = {ir.Category.table: "no_table_engine", ir.Category.formula: "no_formula_engine"}
 
 
 def score_units(
@@ -53,7 +56,7 @@ def score_units(
             Unit(
                 crop=crops[region.number],
                 text=candidate.text,
-                category=region.category,
+                category=region.category.scored_as,
                 region_number=region.number,
                 engine=candidate.engine,
                 confidence=candidate.confidence,
@@ -75,8 +78,32 @@ def decide(
     decisions = []
     for region in regions:
         own = [c for c in candidates if c.region_number == region.number]
-        decisions.append(_decide_region(region, own, score_of, settings.threshold(region.category)))
+        if not region.category.has_text:  # a figure: kept, nothing to read or check
+            decisions.append(
+                ir.Decision(region_number=region.number, chosen_engine=None, accepted=True)
+            )
+            continue
+        decision = _decide_region(region, own, score_of, settings.threshold(region.category))
+        decisions.append(_caveats(region, own, decision))
     return decisions
+
+
+def _caveats(
+    region: ir.Region, candidates: list[ir.Candidate], decision: ir.Decision
+) -> ir.Decision:
+    """A reading that is cut short, or a block read as loose lines, goes to review with that
+    as its reason however it scored: the score cannot see what is missing."""
+    chosen = next((c for c in candidates if c.engine == decision.chosen_engine), None)
+    if chosen is None:
+        return decision
+    reason = None
+    if chosen.truncated:
+        reason = ENGINE_TRUNCATED
+    elif chosen.read_as is not None and region.category in NO_BLOCK_ENGINE:
+        reason = NO_BLOCK_ENGINE[region.category]
+    if reason is None:
+        return decision
+    return decision.model_copy(update={"accepted": False, "flag_reason": reason})
 
 
 def _decide_region(

@@ -9,6 +9,7 @@ low score. Loading is eager: a bad model path fails at construction, i.e. at wor
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from PIL import Image
 
 from ocrfleet import ir
+from ocrfleet.checkpoints import folder_sha256 as _folder_sha256
 from ocrfleet.config import Settings
 from ocrfleet.scorers.base import Unit, judgement
 from ocrfleet.scorers.precheck import precheck
@@ -37,6 +39,12 @@ IMAGE_PLACEHOLDER = "<image>"
 # header: nothing is generated.) Part of the scorer version, like the prompt.
 ADD_GENERATION_PROMPT = False
 POSITIVE_LABEL = 1
+# Architecture names a Jev checkpoint may declare; all load as
+# Qwen3_5ForSequenceClassification (the released checkpoint says MiniCPMOCR…, model type
+# qwen3_5, which transformers has no class of that name for).
+JEV_ARCHITECTURES = frozenset(
+    {"Qwen3_5ForSequenceClassification", "MiniCPMOCRForSequenceClassification"}
+)
 _DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -51,23 +59,6 @@ class Prepared:
     index: int
     unit: Unit
     rendered: Image.Image
-
-
-def _folder_sha256(folder: Path) -> str:
-    """One hash over every file of the checkpoint (config, weights, processor, template)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        relative = path.relative_to(folder).as_posix()
-        if any(part.startswith(".") for part in relative.split("/")) or relative.startswith(
-            "README"
-        ):
-            continue
-        file_digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda h=handle: h.read(1 << 20), b""):
-                file_digest.update(block)
-        digest.update(f"{relative}\0{file_digest.hexdigest()}\n".encode())
-    return digest.hexdigest()
 
 
 def _prompt_sha256() -> str:
@@ -107,6 +98,12 @@ class JevScorer:
             raise JevModelError(f"OCRFLEET_JEV_MODEL_PATH is not a folder: {path}")
         if not (path / "config.json").is_file():
             raise JevModelError(f"no config.json in the Jev checkpoint folder {path}")
+        declared = json.loads((path / "config.json").read_text()).get("architectures") or []
+        if unknown := sorted(set(declared) - JEV_ARCHITECTURES):
+            raise JevModelError(
+                f"{path} declares architectures {unknown}; a Jev checkpoint is one of "
+                f"{sorted(JEV_ARCHITECTURES)}"
+            )
         if settings.jev_dtype not in _DTYPES:
             raise JevModelError(f"jev_dtype must be one of {_DTYPES}, not {settings.jev_dtype!r}")
         self.font_path = settings.render_font_path

