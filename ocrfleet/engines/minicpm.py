@@ -165,10 +165,11 @@ class MiniCPMRecogniser:
             messages, tokenize=False, add_generation_prompt=True
         )
 
-    def generate(
+    def generate_tokens(
         self, crops: list[Image.Image], categories: list[ir.Category]
-    ) -> list[Reading]:
-        """One batched generation; raises on any failure."""
+    ) -> list[list[int]]:
+        """The generated token ids of one batched generation, padding included; raises on
+        any failure."""
         import torch
 
         texts = [self.prompt_for(category) for category in categories]
@@ -182,9 +183,12 @@ class MiniCPMRecogniser:
                 max_new_tokens=self.max_new_tokens,
                 pad_token_id=self.processor.tokenizer.pad_token_id,
             )
-        generated = out[:, inputs["input_ids"].shape[1] :].cpu().tolist()
+        return out[:, inputs["input_ids"].shape[1] :].cpu().tolist()
+
+    def generate(self, crops: list[Image.Image], categories: list[ir.Category]) -> list[Reading]:
+        """One batched generation, decoded up to each row's first end token."""
         readings = []
-        for tokens in generated:
+        for tokens in self.generate_tokens(crops, categories):
             ends = [i for i, token in enumerate(tokens) if token in self.eos_ids]
             body = tokens[: ends[0]] if ends else tokens
             text = self.processor.tokenizer.decode(body, skip_special_tokens=True).strip()

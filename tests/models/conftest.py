@@ -163,3 +163,111 @@ def tiny_jev_path(tmp_path_factory: pytest.TempPathFactory, qwen35_tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(qwen35_tokenizer_dir)
     return build_tiny_jev(tmp_path_factory.mktemp("tiny-jev"), tokenizer)
+
+
+# MiniCPM-OCR's named tokens: the image placeholder is Qwen3.5's own image pad; the markers
+# around images, slices and image ids are added as special tokens (the vocabulary has room).
+MINICPM_TOKENS = {
+    "image_token": "<|image_pad|>",
+    "video_token": "<|video_pad|>",
+    "image_start_token": "<image>",
+    "image_end_token": "</image>",
+    "slice_start_token": "<slice>",
+    "slice_end_token": "</slice>",
+    "image_id_start_token": "<image_id>",
+    "image_id_end_token": "</image_id>",
+}
+# ChatML with the image placeholder first in the user turn, as the SFT rows are laid out.
+MINICPM_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' -%}{{- '<|image_pad|>\\n' -}}"
+    "{%- elif part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def build_tiny_minicpm(folder: Path, tokenizer) -> Path:
+    """MiniCPM-OCR (`minicpm_ocr`) at toy sizes: a 2-layer SigLIP-style vision tower, a
+    2-layer Qwen3.5 text model (one layer of each attention kind), seeded random weights
+    scaled up so different crops give different tokens, the real Qwen3.5 vocabulary."""
+    import torch
+    from tokenizers import AddedToken
+    from transformers import (
+        MiniCPMOcrConfig,
+        MiniCPMOcrForConditionalGeneration,
+        MiniCPMOcrImageProcessor,
+        MiniCPMOcrProcessor,
+        MiniCPMOcrVideoProcessor,
+    )
+
+    markers = [t for t in MINICPM_TOKENS.values() if not t.startswith("<|")]
+    tokenizer.add_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in markers], special_tokens=True
+    )
+    tokenizer._set_model_specific_special_tokens(special_tokens=MINICPM_TOKENS)
+    assert len(tokenizer) <= VOCAB_SIZE
+    text_config = {
+        "model_type": "qwen3_5_text",
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "layer_types": ["linear_attention", "full_attention"],
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "linear_key_head_dim": 8,
+        "linear_value_head_dim": 8,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 2,
+        "max_position_embeddings": 4096,
+        "pad_token_id": tokenizer.convert_tokens_to_ids(PAD_TOKEN),
+        "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    }
+    vision_config = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "patch_size": 14,
+        "image_size": 448,
+    }
+    config = MiniCPMOcrConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        insert_layer_id=0,
+        image_token_id=tokenizer.image_token_id,
+        video_token_id=tokenizer.video_token_id,
+        architectures=["MiniCPMOcrForConditionalGeneration"],
+    )
+    torch.manual_seed(1234)
+    model = MiniCPMOcrForConditionalGeneration(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2:
+                parameter.mul_(8.0)
+    model.save_pretrained(folder)
+    processor = MiniCPMOcrProcessor(
+        image_processor=MiniCPMOcrImageProcessor(
+            scale_resolution=112, max_slice_nums=2, patch_size=14
+        ),
+        video_processor=MiniCPMOcrVideoProcessor(),
+        tokenizer=tokenizer,
+        chat_template=MINICPM_TEMPLATE,
+    )
+    processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_minicpm_path(tmp_path_factory: pytest.TempPathFactory, qwen35_tokenizer_dir: Path) -> Path:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(qwen35_tokenizer_dir)
+    return build_tiny_minicpm(tmp_path_factory.mktemp("tiny-minicpm"), tokenizer)
