@@ -207,6 +207,9 @@ def _ensure_schema(url: str) -> None:
 from ocrfleet.fleet_cli import register as _register_fleet_commands  # noqa: E402
 
 _register_fleet_commands(app)
+from ocrfleet.repro_cli import register as _register_repro  # noqa: E402
+
+_register_repro(app)
 
 
 def main() -> None:

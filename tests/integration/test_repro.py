@@ -1,0 +1,58 @@
+"""`ocrfleet repro` through the real CLI: one input three times under one run, and two stored
+runs that differ in one setting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.integration.test_run_cli import EXAMPLES, ocrfleet
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = EXAMPLES / "memo.tif"  # two pages
+
+
+def test_three_runs_of_an_example_give_three_identical_hashes(tmp_path: Path) -> None:
+    done = ocrfleet(["repro", str(EXAMPLE), "--times", "3", "--json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert len(report["output_sha256"]) == 3
+    assert len(set(report["output_sha256"])) == 1
+    assert report["identical"] is True and report["counts"] == {}
+    assert len(report["run_id"]) == 64
+
+
+def test_a_changed_setting_gives_another_run_and_a_classified_report(tmp_path: Path) -> None:
+    for dpi in ("200", "150"):
+        done = ocrfleet(["run", "--json", str(EXAMPLE)], tmp_path, OCRFLEET_DPI=dpi)
+        assert done.returncode == 0, done.stderr
+    engine = create_engine(f"sqlite:///{tmp_path / 'ocrfleet.db'}")
+    with engine.connect() as conn:
+        runs = [row[0] for row in conn.execute(text("SELECT id FROM runs ORDER BY created_at"))]
+        hashes = conn.execute(
+            text("SELECT count(*) FROM pages WHERE input_sha256 IS NOT NULL")
+        ).scalar_one()
+    engine.dispose()
+    assert len(runs) == 2 and runs[0] != runs[1]
+    assert hashes == 4  # every page records the sha256 of the image it read
+
+    done = ocrfleet(["repro", "--against", *runs, "--json"], tmp_path)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["identical"] is False
+    assert report["config changed"] == ["dpi: 200 -> 150"]
+    assert report["counts"].get("structure", 0) >= 2  # both pages changed size
+    assert set(report["counts"]) <= {
+        "whitespace", "punctuation", "substitution", "missing_line", "extra_line", "structure"
+    }
+    assert sum(report["counts"].values()) == len(report["differences"])
+    first = report["differences"][0]
+    assert {"kind", "page", "region_a", "region_b", "text_a", "text_b"} <= set(first)
+
+    same = ocrfleet(["repro", "--against", runs[0], runs[0]], tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert "identical" in same.stdout
