@@ -77,6 +77,52 @@ class Settings(BaseSettings):
         None, ge=1, description="onnxruntime intra-op threads for RapidOCR; unset: its default"
     )
 
+    # Scheduler, autoscaling, recovery sweeps and monitoring (ocrfleet/scheduler).
+    heartbeat_interval_s: float = Field(5.0, gt=0, description="worker heartbeat period")
+    slo_high_s: float = Field(120.0, gt=0, description="oldest high-priority page age target")
+    slo_normal_s: float = Field(900.0, gt=0, description="oldest normal page age target")
+    scale_min_gpu: int = Field(0, ge=0)
+    scale_max_gpu: int = Field(8, ge=0)
+    scale_min_ingest: int = Field(1, ge=0)
+    scale_max_ingest: int = Field(8, ge=0)
+    scale_interval_s: float = Field(10.0, gt=0, description="seconds between scheduler ticks")
+    scale_down_cooldown_s: float = Field(
+        300.0, ge=0, description="scale-down waits this long after a change and follows the largest need of this window"
+    )
+    scale_idle_loads: float = Field(
+        5.0, ge=0, description="scale to the minimum after idle for this many model load times"
+    )
+    scale_min_idle_s: float = Field(60.0, ge=0, description="and for at least this long")
+    scale_prewarm: str = Field(
+        "", description="pre-warm windows 'CRON=MINUTES:WORKERS;...', e.g. '0 8 * * 1-5=60:4'"
+    )
+    scale_default_rate: float = Field(
+        0.5, gt=0, description="pages/s of one device worker until workers report their own"
+    )
+    scale_default_startup_s: float = Field(
+        20.0, ge=0, description="worker start-up seconds until workers report their own"
+    )
+    scheduler_metrics_port: int = Field(9808, ge=0, description="0: no /metrics")
+    sweep_interval_s: float = Field(15.0, gt=0)
+    sweep_lost_after_s: float = Field(
+        120.0, gt=0, description="a pending page or document with no message this old is re-queued"
+    )
+    intake_prefix: str | None = Field(
+        None, description="store prefix (or file:// folder) whose new objects are ingested"
+    )
+    page_image_retention_days: float = Field(
+        30.0, ge=0, description="derived page images of finished documents expire; 0 keeps them"
+    )
+    flower_basic_auth: str | None = Field(None, description="user:password[,user2:password2]")
+    flower_auth_regex: str | None = Field(
+        None, description="anchored email regex for Flower's OAuth (^...$)"
+    )
+    flower_oauth_provider: str | None = Field(
+        None, description="e.g. flower.views.auth.GithubLoginHandler"
+    )
+    flower_db: Path = Path("./flower.db")
+    worker_health_port: int = Field(0, ge=0, description="/healthz /readyz base port; 0: none")
+
     @field_validator("engines", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:

@@ -122,3 +122,7 @@ app = create_app(get_settings())
 from ocrfleet.tasks import signals as _signals  # noqa: E402
 
 _signals.connect(app)
+
+from ocrfleet.scheduler import heartbeat as _heartbeat  # noqa: E402
+
+_heartbeat.connect(app)
