@@ -208,6 +208,10 @@ from ocrfleet.fleet_cli import register as _register_fleet_commands  # noqa: E40
 
 _register_fleet_commands(app)
 
+from ocrfleet.scheduler_cli import register as _register_scheduler_commands  # noqa: E402
+
+_register_scheduler_commands(app)
+
 
 def main() -> None:
     app()

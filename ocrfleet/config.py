@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     scale_max_ingest: int = Field(8, ge=0)
     scale_interval_s: float = Field(10.0, gt=0, description="seconds between scheduler ticks")
     scale_down_cooldown_s: float = Field(
-        300.0, ge=0, description="scale-down waits this long after a change and follows the largest need of this window"
+        300.0, ge=0, description="scale-down: wait after a change; the window of needs it follows"
     )
     scale_idle_loads: float = Field(
         5.0, ge=0, description="scale to the minimum after idle for this many model load times"

@@ -37,10 +37,17 @@ def worker(
     ] = None,
     events: Annotated[bool, typer.Option(help="send task events (Flower, bench)")] = False,
     loglevel: Annotated[str, typer.Option(help="celery log level")] = "info",
+    scaled: Annotated[
+        bool, typer.Option(help="start none; run as many as `ocrfleet scheduler` asks for")
+    ] = False,
+    control_name: Annotated[
+        str | None, typer.Option(help="this launcher's name on the control channel")
+    ] = None,
 ) -> None:
     """Start and supervise the workers until SIGTERM/SIGINT (warm shutdown)."""
     from ocrfleet.config import get_settings
     from ocrfleet.tasks.app import celery_config
+    from ocrfleet.workers.control import ControlChannel, default_name
     from ocrfleet.workers.devices import DeviceSpecError, parse_devices
     from ocrfleet.workers.launcher import Supervisor, plan_children
 
@@ -62,10 +69,16 @@ def worker(
             include=include or (),
             events=events,
         )
+        if scaled and "gpu" not in roles:
+            raise ValueError("--scaled scales device workers: --queues must include gpu")
     except (ValueError, DeviceSpecError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    raise typer.Exit(Supervisor(specs).run())
+    control = None
+    if scaled:
+        name = control_name or default_name("gpu")
+        control = ControlChannel(settings.broker_url, name, "gpu", len(specs))
+    raise typer.Exit(Supervisor(specs, control=control).run())
 
 
 def submit(

@@ -193,6 +193,8 @@ def demand_of(snapshot: Snapshot, role: str) -> Demand:
         # Pages in the queues but not in the database view (or the other way) never hide
         # work: take the larger of the two totals, put the difference on normal.
         backlog["normal"] = backlog.get("normal", 0) + max(0, queued - sum(backlog.values()))
+        # A document not split yet has at least one page coming.
+        backlog["normal"] += snapshot.pending_documents
         arrivals = snapshot.pages_total
     else:
         q = snapshot.queues

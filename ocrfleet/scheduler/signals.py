@@ -180,7 +180,9 @@ def database_signals(database_url: str, now: float) -> dict[str, Any]:
                 .group_by(doc.priority)
             ).all()
         )
-        by_status = dict(session.execute(select(page.status, func.count()).group_by(page.status)))
+        by_status = dict(
+            session.execute(select(page.status, func.count()).group_by(page.status)).tuples().all()
+        )
         pending_documents = session.scalar(
             select(func.count()).select_from(doc).where(doc.status == "pending")
         )

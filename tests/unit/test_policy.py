@@ -115,7 +115,8 @@ def test_a_busy_pool_shrinks_a_step_at_a_time() -> None:
         total += 6  # 0.6 pages/s: 2 workers of 0.5 pages/s with room to spare
         decision, state = decide(demand(normal=2, total=total), state, PARAMS, i * 10.0)
         targets.append(decision.desired)
-    moves = [(i, b - a) for i, (a, b) in enumerate(zip(targets, targets[1:], strict=False)) if b != a]
+    pairs = enumerate(zip(targets, targets[1:], strict=False))
+    moves = [(i, b - a) for i, (a, b) in pairs if b != a]
     assert [m for _, m in moves] == [-2, -1, -1, -1, -1]
     assert all(b - a >= 30 for (a, _), (b, _) in zip(moves, moves[1:], strict=False))  # 300 s apart
     assert targets[-1] == 2
