@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kombu.exceptions
+import redis.exceptions
 from sqlalchemy import select
 
 from ocrfleet import ir
@@ -44,6 +46,20 @@ INTAKE_PREFIX = "intake"
 
 class SubmitError(RuntimeError):
     """The fleet cannot take this submission (no broker configured, unreadable input)."""
+
+
+class BrokerUnavailable(SubmitError):
+    """The document row exists (`pending`) but its message could not be sent."""
+
+
+# A few quick tries: a submitter is told within seconds, and the row is not lost (the
+# `lost` recovery sweep enqueues pending documents that have no message).
+SUBMIT_RETRY_POLICY = {
+    "max_retries": 3,
+    "interval_start": 0.2,
+    "interval_step": 0.5,
+    "interval_max": 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -179,17 +195,25 @@ def submit(
         )
 
     if status == ir.DocumentStatus.pending:  # enqueue after the commit that made the row
-        _app(settings).send_task(
-            routing.INGEST_TASK,
-            args=[uri],
-            kwargs={
-                "priority": priority,
-                "metadata": meta or None,
-                "document_id": document_id,
-                "run_id": run_id,
-            },
-            queue=routing.ingest_queue(priority),
-        )
+        try:
+            _app(settings).send_task(
+                routing.INGEST_TASK,
+                args=[uri],
+                kwargs={
+                    "priority": priority,
+                    "metadata": meta or None,
+                    "document_id": document_id,
+                    "run_id": run_id,
+                },
+                queue=routing.ingest_queue(priority),
+                retry_policy=SUBMIT_RETRY_POLICY,
+            )
+        except (kombu.exceptions.OperationalError, redis.exceptions.RedisError, OSError) as exc:
+            raise BrokerUnavailable(
+                f"document {document_id} is recorded as pending, but the broker is unreachable "
+                f"({type(exc).__name__}: {exc}); the recovery sweep enqueues it once the "
+                "broker is back"
+            ) from exc
     return int(document_id)
 
 

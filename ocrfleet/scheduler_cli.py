@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -159,6 +160,32 @@ def explain(
     typer.echo("* a default from the settings: no worker has reported its own yet")
 
 
+def beat(
+    schedule: Annotated[
+        Path, typer.Option(help="beat's state file (last run of each sweep)")
+    ] = Path("celerybeat-schedule"),
+    loglevel: Annotated[str, typer.Option(help="log level")] = "info",
+) -> None:
+    """Send the recovery sweeps on their schedule; one beat per fleet sends (Redis lock)."""
+    from celery.apps.beat import Beat
+
+    from ocrfleet.config import get_settings
+    from ocrfleet.tasks.app import create_app
+
+    settings = get_settings()
+    if not settings.broker_url:
+        typer.echo("error: OCRFLEET_BROKER_URL is not set: beat sends to the broker", err=True)
+        raise typer.Exit(2)
+    Beat(
+        app=create_app(settings),
+        scheduler="ocrfleet.scheduler.beat:LockedScheduler",
+        schedule=str(schedule),
+        loglevel=loglevel.upper(),
+        max_interval=5,
+    ).run()
+
+
 def register(app: typer.Typer) -> None:
-    """Add `scheduler` (and `scheduler explain`) to the main CLI."""
+    """Add `scheduler` (and `scheduler explain`) and `beat` to the main CLI."""
     app.add_typer(scheduler_app, name="scheduler")
+    app.command("beat")(beat)

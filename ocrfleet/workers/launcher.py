@@ -95,7 +95,7 @@ def plan_children(
     With the `gpu` role: one child per device, one pool process each, consuming the page
     queues (and `ingest` when asked for too). With `ingest` alone: one child without a GPU
     whose pool has `concurrency` processes (default: every CPU)."""
-    queues = routing.consume_order(roles)
+    queues = [routing.SWEEP_QUEUE, *routing.consume_order(roles)]
     if "gpu" not in roles:
         processes = concurrency or os.cpu_count() or 1
         argv = celery_argv(
