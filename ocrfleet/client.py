@@ -23,6 +23,7 @@ from typing import Any
 import kombu.exceptions
 import redis.exceptions
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ocrfleet import ir
 from ocrfleet.config import Settings, get_settings
@@ -82,7 +83,12 @@ class DocumentState:
         return self.status in TERMINAL
 
     @classmethod
-    def of(cls, row: models.Document) -> DocumentState:
+    def of(cls, row: models.Document, session: Session | None = None) -> DocumentState:
+        """The row's state; with a session, a `partial` document without a reason of its
+        own gets its failed pages' reasons."""
+        reason = row.reason
+        if reason is None and row.status == ir.DocumentStatus.partial and session is not None:
+            reason = _failed_pages_reason(session, row.id)
         return cls(
             id=row.id,
             status=ir.DocumentStatus(row.status),
@@ -92,9 +98,23 @@ class DocumentState:
             page_count=row.page_count,
             pages_done=row.pages_done,
             pages_failed=row.pages_failed,
-            reason=row.reason,
+            reason=reason,
             meta=row.meta,
         )
+
+
+def _failed_pages_reason(session: Session, document_id: int) -> str | None:
+    page = models.Page
+    failed = session.execute(
+        select(page.number, page.reason)
+        .where(page.document_id == document_id, page.status == ir.PageStatus.failed)
+        .order_by(page.number)
+    ).all()
+    if not failed:
+        return None
+    parts = [f"page {number}: {reason or 'failed'}" for number, reason in failed[:3]]
+    more = f"; {len(failed) - 3} more" if len(failed) > 3 else ""
+    return f"{len(failed)} page(s) failed: " + "; ".join(parts) + more
 
 
 _stores: dict[str, ObjectStore] = {}
@@ -229,7 +249,7 @@ def status(document_id: int, *, settings: Settings | None = None) -> DocumentSta
         row = session.get(models.Document, document_id)
         if row is None:
             raise LookupError(f"no document {document_id}")
-        return DocumentState.of(row)
+        return DocumentState.of(row, session)
 
 
 def wait(
@@ -271,7 +291,7 @@ def find(ref: str, *, settings: Settings | None = None) -> list[DocumentState]:
         where = doc.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     with session_scope(settings.database_url) as session:
         rows = session.scalars(select(doc).where(where).order_by(doc.id)).all()
-        return [DocumentState.of(row) for row in rows]
+        return [DocumentState.of(row, session) for row in rows]
 
 
 def recent(limit: int = 20, *, settings: Settings | None = None) -> list[DocumentState]:
@@ -279,4 +299,4 @@ def recent(limit: int = 20, *, settings: Settings | None = None) -> list[Documen
     doc = models.Document
     with session_scope(settings.database_url) as session:
         rows = session.scalars(select(doc).order_by(doc.id.desc()).limit(limit)).all()
-        return [DocumentState.of(row) for row in rows]
+        return [DocumentState.of(row, session) for row in rows]

@@ -156,9 +156,17 @@ def status(
         str | None, typer.Argument(help="document id, sha256 or path; omit for the latest")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    stuck: Annotated[
+        bool, typer.Option("--stuck", help="unfinished work older than --age, and where it is")
+    ] = False,
+    age: Annotated[float, typer.Option(help="seconds, for --stuck")] = 600.0,
 ) -> None:
     """Show documents and their progress."""
     from ocrfleet import client
+
+    if stuck:
+        _print_stuck(age, as_json)
+        return
 
     try:
         states = client.recent() if doc is None else client.find(doc)
@@ -172,6 +180,32 @@ def status(
         typer.echo(json.dumps([_state_dict(s) for s in states], indent=2))
     else:
         _print_table(states)
+
+
+def _print_stuck(age: float, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ocrfleet.config import get_settings
+    from ocrfleet.operations import stuck
+
+    items = stuck(get_settings(), age)
+    if as_json:
+        typer.echo(json.dumps([item.as_dict() for item in items], indent=2))
+        return
+    table = Table("document", "page", "status", "age", "deliveries", "where")
+    for item in items:
+        table.add_row(
+            str(item.document_id),
+            "" if item.page is None else str(item.page),
+            item.status,
+            f"{item.age_s:.0f}s",
+            "" if item.deliveries is None else str(item.deliveries),
+            item.where,
+        )
+    Console().print(table)
+    if not items:
+        typer.echo(f"nothing unfinished older than {age:.0f}s")
 
 
 def _state_dict(state: client.DocumentState) -> dict[str, object]:

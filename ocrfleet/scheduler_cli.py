@@ -1,4 +1,5 @@
-"""Operator commands of the scheduler half: `ocrfleet scheduler [explain]`, `ocrfleet beat`.
+"""Operator commands of the scheduler half: `ocrfleet scheduler [explain]`, `ocrfleet beat`,
+`ocrfleet retry`.
 
 `register(app)` adds them to the main CLI (ocrfleet/cli.py).
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -185,7 +187,56 @@ def beat(
     ).run()
 
 
+def retry(
+    doc: Annotated[str | None, typer.Argument(help="document id, sha256 or path")] = None,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="every failed or partial document")
+    ] = False,
+    since: Annotated[
+        datetime | None, typer.Option(help="with --failed: updated at or after (UTC)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Re-queue failed pages with a fresh delivery budget (and documents that failed before
+    they were split)."""
+    from datetime import UTC
+
+    from ocrfleet import client
+    from ocrfleet.config import get_settings
+    from ocrfleet.operations import retry as retry_failed
+
+    if (doc is None) == (not failed):
+        typer.echo("error: give a DOC or --failed (not both)", err=True)
+        raise typer.Exit(2)
+    ids = None
+    if doc is not None:
+        try:
+            ids = [state.id for state in client.find(doc)]
+        except LookupError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        if not ids:
+            typer.echo(f"error: no document matches {doc!r}", err=True)
+            raise typer.Exit(1)
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    try:
+        done = retry_failed(get_settings(), ids, since)
+    except RuntimeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps([vars(r) for r in done]))
+        return
+    for r in done:
+        what = "ingest" if r.ingest else f"{len(r.pages)} page(s)"
+        typer.echo(f"{r.document_id}\tre-queued {what}")
+    if not done:
+        typer.echo("nothing to retry")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `scheduler` (and `scheduler explain`) and `beat` to the main CLI."""
+    """Add `scheduler` (and `scheduler explain`), `beat` and `retry` to the main CLI."""
     app.add_typer(scheduler_app, name="scheduler")
     app.command("beat")(beat)
+    app.command("retry")(retry)
