@@ -208,9 +208,9 @@ from ocrfleet.fleet_cli import register as _register_fleet_commands  # noqa: E40
 
 _register_fleet_commands(app)
 
-from ocrfleet.scheduler_cli import register as _register_scheduler_commands  # noqa: E402
+from ocrfleet.ops_cli import register as _register_ops_commands  # noqa: E402
 
-_register_scheduler_commands(app)
+_register_ops_commands(app)
 
 
 def main() -> None:

@@ -114,13 +114,14 @@ class Settings(BaseSettings):
         30.0, ge=0, description="derived page images of finished documents expire; 0 keeps them"
     )
     flower_basic_auth: str | None = Field(None, description="user:password[,user2:password2]")
-    flower_auth_regex: str | None = Field(
-        None, description="anchored email regex for Flower's OAuth (^...$)"
+    flower_auth: str | None = Field(
+        None,
+        description="Flower OAuth emails, matched whole: '.*@example.com' or 'a@x.com|b@y.com'",
     )
     flower_oauth_provider: str | None = Field(
         None, description="e.g. flower.views.auth.GithubLoginHandler"
     )
-    flower_db: Path = Path("./flower.db")
+    flower_db: Path = Field(Path("./flower.db"), description="Flower's persistent state")
     worker_health_port: int = Field(0, ge=0, description="/healthz /readyz base port; 0: none")
 
     @field_validator("engines", mode="before")

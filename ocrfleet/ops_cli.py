@@ -1,5 +1,5 @@
-"""Operator commands of the scheduler half: `ocrfleet scheduler [explain]`, `ocrfleet beat`,
-`ocrfleet retry`.
+"""Operator commands: `ocrfleet scheduler [explain]`, `ocrfleet beat`, `ocrfleet retry`,
+`ocrfleet flower`.
 
 `register(app)` adds them to the main CLI (ocrfleet/cli.py).
 """
@@ -235,8 +235,67 @@ def retry(
         typer.echo("nothing to retry")
 
 
+FLOWER_NO_CREDENTIALS = (
+    "Flower refuses to start without credentials: set OCRFLEET_FLOWER_BASIC_AUTH=user:password, "
+    "or OCRFLEET_FLOWER_AUTH (emails) with OCRFLEET_FLOWER_OAUTH_PROVIDER and "
+    "FLOWER_OAUTH2_KEY/FLOWER_OAUTH2_SECRET/FLOWER_OAUTH2_REDIRECT_URI; or pass --no-auth"
+)
+
+
+def flower_env(settings: Settings, no_auth: bool) -> dict[str, str]:
+    """Flower's own FLOWER_* options for these settings (credentials never on argv)."""
+    from flower.utils.authentication import validate_auth_option
+
+    env = {
+        "FLOWER_PERSISTENT": "True",
+        "FLOWER_DB": str(settings.flower_db),
+        "FLOWER_STATE_SAVE_INTERVAL": "60000",  # ms: state survives a crash, not only a stop
+    }
+    if settings.flower_basic_auth:
+        env["FLOWER_BASIC_AUTH"] = settings.flower_basic_auth
+    elif settings.flower_auth:
+        if not validate_auth_option(settings.flower_auth) or not settings.flower_oauth_provider:
+            raise ValueError(
+                f"OCRFLEET_FLOWER_AUTH={settings.flower_auth!r} needs "
+                "OCRFLEET_FLOWER_OAUTH_PROVIDER and a pattern like '.*@example.com' (one '*', "
+                "none in the domain) or 'a@x.com|b@y.com'"
+            )
+        env["FLOWER_AUTH"] = settings.flower_auth
+        env["FLOWER_AUTH_PROVIDER"] = settings.flower_oauth_provider
+    elif not no_auth:
+        raise ValueError(FLOWER_NO_CREDENTIALS)
+    return env
+
+
+def flower(
+    port: Annotated[int, typer.Option(help="HTTP port")] = 5555,
+    address: Annotated[str, typer.Option(help="address to listen on")] = "0.0.0.0",
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="start without credentials (a trusted network)")
+    ] = False,
+) -> None:
+    """Flower for the fleet's app: workers, tasks, queue lengths, /metrics."""
+    import os
+    import sys
+
+    from ocrfleet.config import get_settings
+
+    settings = get_settings()
+    try:
+        if not settings.broker_url:
+            raise ValueError("OCRFLEET_BROKER_URL is not set: Flower watches the broker")
+        env = flower_env(settings, no_auth)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    argv = [sys.executable, "-m", "celery", "--app", "ocrfleet.tasks.app", "flower"]
+    argv += [f"--port={port}", f"--address={address}"]
+    os.execve(sys.executable, argv, {**os.environ, **env})
+
+
 def register(app: typer.Typer) -> None:
-    """Add `scheduler` (and `scheduler explain`), `beat` and `retry` to the main CLI."""
+    """Add `scheduler` (and `scheduler explain`), `beat`, `retry` and `flower`."""
     app.add_typer(scheduler_app, name="scheduler")
     app.command("beat")(beat)
     app.command("retry")(retry)
+    app.command("flower")(flower)
