@@ -49,7 +49,7 @@ def worker(
     from ocrfleet.tasks.app import celery_config
     from ocrfleet.workers.control import ControlChannel, default_name
     from ocrfleet.workers.devices import DeviceSpecError, parse_devices
-    from ocrfleet.workers.launcher import Supervisor, plan_children
+    from ocrfleet.workers.launcher import Supervisor, plan_children, with_monitoring
 
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s: %(levelname)s/launcher] %(message)s"
@@ -74,6 +74,11 @@ def worker(
     except (ValueError, DeviceSpecError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    if settings.worker_health_port:
+        import tempfile
+
+        root = tempfile.mkdtemp(prefix="ocrfleet-metrics-")
+        specs = with_monitoring(specs, settings.worker_health_port, root)
     control = None
     if scaled:
         name = control_name or default_name("gpu")

@@ -130,5 +130,7 @@ from ocrfleet.tasks import signals as _signals  # noqa: E402
 _signals.connect(app)
 
 from ocrfleet.scheduler import heartbeat as _heartbeat  # noqa: E402
+from ocrfleet.workers import monitoring as _monitoring  # noqa: E402
 
 _heartbeat.connect(app)
+_monitoring.connect(app)

@@ -126,6 +126,27 @@ def plan_children(
     return children
 
 
+def with_monitoring(specs: Sequence[ChildSpec], base_port: int, root: str) -> list[ChildSpec]:
+    """Give each child its own /healthz /readyz /metrics port (base + slot) and its own
+    prometheus multiprocess folder under `root` (wiped at every start)."""
+    out = []
+    for slot, spec in enumerate(specs):
+        env = {
+            **spec.env,
+            "OCRFLEET_WORKER_HEALTH_PORT": str(base_port + slot),
+            "PROMETHEUS_MULTIPROC_DIR": os.path.join(root, spec.name),
+        }
+        out.append(ChildSpec(spec.name, spec.argv, env))
+    return out
+
+
+def _wipe(folder: str) -> None:
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(folder):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, name))
+
+
 @dataclass
 class _Child:
     spec: ChildSpec
@@ -199,6 +220,8 @@ class Supervisor:
     # -- children --------------------------------------------------------------------
     def _start(self, child: _Child) -> None:
         env = {**os.environ, **child.spec.env}
+        if "PROMETHEUS_MULTIPROC_DIR" in child.spec.env:  # counters restart with the process
+            _wipe(child.spec.env["PROMETHEUS_MULTIPROC_DIR"])
         child.proc = subprocess.Popen(
             child.spec.argv, env=env, preexec_fn=_die_with_parent, start_new_session=True
         )

@@ -1,6 +1,7 @@
-"""`ocrfleet flower` against real Redis and a real worker: it refuses to start without
-credentials, answers 401 without them, and with them lists the worker, counts the tasks
-that ran, and reports queue lengths that agree with the scheduler's own signal."""
+"""Monitoring against real Redis and a real worker. `ocrfleet flower` refuses to start
+without credentials, answers 401 without them, and with them lists the worker, counts the
+tasks that ran, and reports queue lengths that agree with the scheduler's own signal. The
+worker's own endpoint answers /healthz, /readyz and /metrics from its pool process."""
 
 from __future__ import annotations
 
@@ -87,10 +88,31 @@ def test_flower_needs_credentials_lists_workers_counts_tasks_and_queue_lengths(
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for_port(port, timeout=60)
-        workers = start_workers(env, tmp_path / "workers.log", devices="cpu:1", events=True)
+        health_port = free_port()
+        worker_env = {**env, "OCRFLEET_WORKER_HEALTH_PORT": str(health_port)}
+        workers = start_workers(worker_env, tmp_path / "workers.log", devices="cpu:1", events=True)
         started.append(workers)
         ids = [client.submit(make_document(880 + i, 1), settings=settings) for i in range(2)]
         wait_finished(ids, settings, 300, workers)
+
+        # The worker's own endpoint (slot 0: the base port).
+        health = f"http://127.0.0.1:{health_port}"
+        assert get(f"{health}/healthz") == (200, '{"broker": true, "database": true}')
+        assert get(f"{health}/readyz")[0] == 200
+        exported = get(f"{health}/metrics")[1]
+        samples = {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in exported.splitlines()
+            if line and not line.startswith("#")
+        }
+        assert samples['ocrfleet_pages_processed_total{status="done"}'] == 2.0
+        assert samples['ocrfleet_stage_seconds_count{stage="page"}'] == 2.0
+        assert samples['ocrfleet_stage_seconds_count{stage="queue_wait_page"}'] == 2.0
+        assert samples['ocrfleet_stage_seconds_count{stage="ingest"}'] == 2.0
+        assert samples["ocrfleet_regions_processed_total"] >= 2.0
+        assert samples['ocrfleet_score_count{scorer="consensus"}'] >= 2.0
+        for gauge in ("ocrfleet_model_load_seconds", "ocrfleet_device_memory_bytes"):
+            assert any(k.startswith(gauge) and v > 0 for k, v in samples.items()), gauge
 
         assert get(f"{base}/api/workers")[0] == 401
         assert get(f"{base}/api/workers", "ops:wrong")[0] == 401
