@@ -211,6 +211,10 @@ from ocrfleet.repro_cli import register as _register_repro  # noqa: E402
 
 _register_repro(app)
 
+from ocrfleet.ops_cli import register as _register_ops_commands  # noqa: E402
+
+_register_ops_commands(app)
+
 
 def main() -> None:
     app()

@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kombu.exceptions
+import redis.exceptions
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ocrfleet import ir
 from ocrfleet.config import Settings, get_settings
@@ -46,6 +49,20 @@ class SubmitError(RuntimeError):
     """The fleet cannot take this submission (no broker configured, unreadable input)."""
 
 
+class BrokerUnavailable(SubmitError):
+    """The document row exists (`pending`) but its message could not be sent."""
+
+
+# A few quick tries: a submitter is told within seconds, and the row is not lost (the
+# `lost` recovery sweep enqueues pending documents that have no message).
+SUBMIT_RETRY_POLICY = {
+    "max_retries": 3,
+    "interval_start": 0.2,
+    "interval_step": 0.5,
+    "interval_max": 1.0,
+}
+
+
 @dataclass(frozen=True)
 class DocumentState:
     """One document's progress, as the database records it."""
@@ -66,7 +83,12 @@ class DocumentState:
         return self.status in TERMINAL
 
     @classmethod
-    def of(cls, row: models.Document) -> DocumentState:
+    def of(cls, row: models.Document, session: Session | None = None) -> DocumentState:
+        """The row's state; with a session, a `partial` document without a reason of its
+        own gets its failed pages' reasons."""
+        reason = row.reason
+        if reason is None and row.status == ir.DocumentStatus.partial and session is not None:
+            reason = _failed_pages_reason(session, row.id)
         return cls(
             id=row.id,
             status=ir.DocumentStatus(row.status),
@@ -76,9 +98,23 @@ class DocumentState:
             page_count=row.page_count,
             pages_done=row.pages_done,
             pages_failed=row.pages_failed,
-            reason=row.reason,
+            reason=reason,
             meta=row.meta,
         )
+
+
+def _failed_pages_reason(session: Session, document_id: int) -> str | None:
+    page = models.Page
+    failed = session.execute(
+        select(page.number, page.reason)
+        .where(page.document_id == document_id, page.status == ir.PageStatus.failed)
+        .order_by(page.number)
+    ).all()
+    if not failed:
+        return None
+    parts = [f"page {number}: {reason or 'failed'}" for number, reason in failed[:3]]
+    more = f"; {len(failed) - 3} more" if len(failed) > 3 else ""
+    return f"{len(failed)} page(s) failed: " + "; ".join(parts) + more
 
 
 _stores: dict[str, ObjectStore] = {}
@@ -179,17 +215,25 @@ def submit(
         )
 
     if status == ir.DocumentStatus.pending:  # enqueue after the commit that made the row
-        _app(settings).send_task(
-            routing.INGEST_TASK,
-            args=[uri],
-            kwargs={
-                "priority": priority,
-                "metadata": meta or None,
-                "document_id": document_id,
-                "run_id": run_id,
-            },
-            queue=routing.ingest_queue(priority),
-        )
+        try:
+            _app(settings).send_task(
+                routing.INGEST_TASK,
+                args=[uri],
+                kwargs={
+                    "priority": priority,
+                    "metadata": meta or None,
+                    "document_id": document_id,
+                    "run_id": run_id,
+                },
+                queue=routing.ingest_queue(priority),
+                retry_policy=SUBMIT_RETRY_POLICY,
+            )
+        except (kombu.exceptions.OperationalError, redis.exceptions.RedisError, OSError) as exc:
+            raise BrokerUnavailable(
+                f"document {document_id} is recorded as pending, but the broker is unreachable "
+                f"({type(exc).__name__}: {exc}); the recovery sweep enqueues it once the "
+                "broker is back"
+            ) from exc
     return int(document_id)
 
 
@@ -205,7 +249,7 @@ def status(document_id: int, *, settings: Settings | None = None) -> DocumentSta
         row = session.get(models.Document, document_id)
         if row is None:
             raise LookupError(f"no document {document_id}")
-        return DocumentState.of(row)
+        return DocumentState.of(row, session)
 
 
 def wait(
@@ -247,7 +291,7 @@ def find(ref: str, *, settings: Settings | None = None) -> list[DocumentState]:
         where = doc.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     with session_scope(settings.database_url) as session:
         rows = session.scalars(select(doc).where(where).order_by(doc.id)).all()
-        return [DocumentState.of(row) for row in rows]
+        return [DocumentState.of(row, session) for row in rows]
 
 
 def recent(limit: int = 20, *, settings: Settings | None = None) -> list[DocumentState]:
@@ -255,4 +299,4 @@ def recent(limit: int = 20, *, settings: Settings | None = None) -> list[Documen
     doc = models.Document
     with session_scope(settings.database_url) as session:
         rows = session.scalars(select(doc).order_by(doc.id.desc()).limit(limit)).all()
-        return [DocumentState.of(row) for row in rows]
+        return [DocumentState.of(row, session) for row in rows]

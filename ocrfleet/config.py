@@ -94,6 +94,52 @@ class Settings(BaseSettings):
     minicpm_batch_size: int = Field(8, ge=1)
     minicpm_attn_implementation: str = "sdpa"
     minicpm_max_new_tokens: int = Field(1024, ge=1)
+    # Scheduler, autoscaling, recovery sweeps and monitoring (ocrfleet/scheduler).
+    heartbeat_interval_s: float = Field(5.0, gt=0, description="worker heartbeat period")
+    slo_high_s: float = Field(120.0, gt=0, description="oldest high-priority page age target")
+    slo_normal_s: float = Field(900.0, gt=0, description="oldest normal page age target")
+    scale_min_gpu: int = Field(0, ge=0)
+    scale_max_gpu: int = Field(8, ge=0)
+    scale_min_ingest: int = Field(1, ge=0)
+    scale_max_ingest: int = Field(8, ge=0)
+    scale_interval_s: float = Field(10.0, gt=0, description="seconds between scheduler ticks")
+    scale_down_cooldown_s: float = Field(
+        300.0, ge=0, description="scale-down: wait after a change; the window of needs it follows"
+    )
+    scale_idle_loads: float = Field(
+        5.0, ge=0, description="scale to the minimum after idle for this many model load times"
+    )
+    scale_min_idle_s: float = Field(60.0, ge=0, description="and for at least this long")
+    scale_prewarm: str = Field(
+        "", description="pre-warm windows 'CRON=MINUTES:WORKERS;...', e.g. '0 8 * * 1-5=60:4'"
+    )
+    scale_default_rate: float = Field(
+        0.5, gt=0, description="pages/s of one device worker until workers report their own"
+    )
+    scale_default_startup_s: float = Field(
+        20.0, ge=0, description="worker start-up seconds until workers report their own"
+    )
+    scheduler_metrics_port: int = Field(9808, ge=0, description="0: no /metrics")
+    sweep_interval_s: float = Field(15.0, gt=0)
+    sweep_lost_after_s: float = Field(
+        120.0, gt=0, description="a pending page or document with no message this old is re-queued"
+    )
+    intake_prefix: str | None = Field(
+        None, description="store prefix (or file:// folder) whose new objects are ingested"
+    )
+    page_image_retention_days: float = Field(
+        30.0, ge=0, description="derived page images of finished documents expire; 0 keeps them"
+    )
+    flower_basic_auth: str | None = Field(None, description="user:password[,user2:password2]")
+    flower_auth: str | None = Field(
+        None,
+        description="Flower OAuth emails, matched whole: '.*@example.com' or 'a@x.com|b@y.com'",
+    )
+    flower_oauth_provider: str | None = Field(
+        None, description="e.g. flower.views.auth.GithubLoginHandler"
+    )
+    flower_db: Path = Field(Path("./flower.db"), description="Flower's persistent state")
+    worker_health_port: int = Field(0, ge=0, description="/healthz /readyz base port; 0: none")
 
     @field_validator("engines", mode="before")
     @classmethod

@@ -37,12 +37,19 @@ def worker(
     ] = None,
     events: Annotated[bool, typer.Option(help="send task events (Flower, bench)")] = False,
     loglevel: Annotated[str, typer.Option(help="celery log level")] = "info",
+    scaled: Annotated[
+        bool, typer.Option(help="start none; run as many as `ocrfleet scheduler` asks for")
+    ] = False,
+    control_name: Annotated[
+        str | None, typer.Option(help="this launcher's name on the control channel")
+    ] = None,
 ) -> None:
     """Start and supervise the workers until SIGTERM/SIGINT (warm shutdown)."""
     from ocrfleet.config import get_settings
     from ocrfleet.tasks.app import celery_config
+    from ocrfleet.workers.control import ControlChannel, default_name
     from ocrfleet.workers.devices import DeviceSpecError, parse_devices
-    from ocrfleet.workers.launcher import Supervisor, plan_children
+    from ocrfleet.workers.launcher import Supervisor, plan_children, with_monitoring
 
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s: %(levelname)s/launcher] %(message)s"
@@ -62,10 +69,21 @@ def worker(
             include=include or (),
             events=events,
         )
+        if scaled and "gpu" not in roles:
+            raise ValueError("--scaled scales device workers: --queues must include gpu")
     except (ValueError, DeviceSpecError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    raise typer.Exit(Supervisor(specs).run())
+    if settings.worker_health_port:
+        import tempfile
+
+        root = tempfile.mkdtemp(prefix="ocrfleet-metrics-")
+        specs = with_monitoring(specs, settings.worker_health_port, root)
+    control = None
+    if scaled:
+        name = control_name or default_name("gpu")
+        control = ControlChannel(settings.broker_url, name, "gpu", len(specs))
+    raise typer.Exit(Supervisor(specs, control=control).run())
 
 
 def submit(
@@ -143,9 +161,17 @@ def status(
         str | None, typer.Argument(help="document id, sha256 or path; omit for the latest")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    stuck: Annotated[
+        bool, typer.Option("--stuck", help="unfinished work older than --age, and where it is")
+    ] = False,
+    age: Annotated[float, typer.Option(help="seconds, for --stuck")] = 600.0,
 ) -> None:
     """Show documents and their progress."""
     from ocrfleet import client
+
+    if stuck:
+        _print_stuck(age, as_json)
+        return
 
     try:
         states = client.recent() if doc is None else client.find(doc)
@@ -159,6 +185,32 @@ def status(
         typer.echo(json.dumps([_state_dict(s) for s in states], indent=2))
     else:
         _print_table(states)
+
+
+def _print_stuck(age: float, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ocrfleet.config import get_settings
+    from ocrfleet.operations import stuck
+
+    items = stuck(get_settings(), age)
+    if as_json:
+        typer.echo(json.dumps([item.as_dict() for item in items], indent=2))
+        return
+    table = Table("document", "page", "status", "age", "deliveries", "where")
+    for item in items:
+        table.add_row(
+            str(item.document_id),
+            "" if item.page is None else str(item.page),
+            item.status,
+            f"{item.age_s:.0f}s",
+            "" if item.deliveries is None else str(item.deliveries),
+            item.where,
+        )
+    Console().print(table)
+    if not items:
+        typer.echo(f"nothing unfinished older than {age:.0f}s")
 
 
 def _state_dict(state: client.DocumentState) -> dict[str, object]:

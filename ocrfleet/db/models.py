@@ -174,3 +174,20 @@ class ReviewFlag(Base):
     status: Mapped[str] = mapped_column(String(16), default="open", index=True)
     resolved_text: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ScalingDecision(Base):
+    """One scheduler tick for one pool, with every input it decided on: explainable later."""
+
+    __tablename__ = "scaling_decisions"
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    decided_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    actuator: Mapped[str] = mapped_column(String(32))
+    current: Mapped[int] = mapped_column(Integer)
+    desired: Mapped[int] = mapped_column(Integer)
+    applied: Mapped[bool]
+    reason: Mapped[str] = mapped_column(Text)
+    inputs: Mapped[dict[str, Any]]

@@ -20,6 +20,7 @@ from typing import Any
 from celery import Celery
 
 from ocrfleet.config import Settings, get_settings
+from ocrfleet.scheduler.schedule import beat_schedule
 from ocrfleet.tasks import routing
 
 # The pool waits this long for a new child to report up; the child loads the models first.
@@ -93,6 +94,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_log_format": (
             "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s%(log_context)s"
         ),
+        "beat_schedule": beat_schedule(settings),
         "worker_task_log_format": (
             "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s%(log_context)s"
         ),
@@ -110,7 +112,11 @@ def create_app(settings: Settings) -> Celery:
     key = settings.model_dump_json()
     app = _apps.get(key)
     if app is None:
-        app = Celery("ocrfleet", include=["ocrfleet.tasks.tasks"], set_as_current=False)
+        app = Celery(
+            "ocrfleet",
+            include=["ocrfleet.tasks.tasks", "ocrfleet.scheduler.sweep_tasks"],
+            set_as_current=False,
+        )
         app.conf.update(celery_config(settings))
         app = _apps.setdefault(key, app)
     return app
@@ -122,3 +128,9 @@ app = create_app(get_settings())
 from ocrfleet.tasks import signals as _signals  # noqa: E402
 
 _signals.connect(app)
+
+from ocrfleet.scheduler import heartbeat as _heartbeat  # noqa: E402
+from ocrfleet.workers import monitoring as _monitoring  # noqa: E402
+
+_heartbeat.connect(app)
+_monitoring.connect(app)

@@ -18,6 +18,9 @@ PRIORITIES: tuple[str, ...] = ("high", "normal")
 
 INGEST_TASK = "ocrfleet.ingest"
 PAGE_TASK = "ocrfleet.process_page"
+SWEEP_TASK = "ocrfleet.sweep"
+# Recovery sweeps (ocrfleet.scheduler.sweeps): every worker takes them before anything else.
+SWEEP_QUEUE = "sweeps"
 
 # role -> (high queue, normal queue)
 ROLES: dict[str, tuple[str, str]] = {
@@ -60,7 +63,11 @@ def consume_order(roles: Iterable[str]) -> list[str]:
 def task_queues() -> list[Queue]:
     """Plain direct queues (exchange and routing key = the queue's name), as Celery
     declares them itself: a message sent before any worker exists still lands."""
-    return [Queue(name) for pair in ROLES.values() for name in pair]
+    return [Queue(name) for pair in ROLES.values() for name in pair] + [Queue(SWEEP_QUEUE)]
 
 
-TASK_ROUTES = {INGEST_TASK: {"queue": "ingest"}, PAGE_TASK: {"queue": "gpu"}}
+TASK_ROUTES = {
+    INGEST_TASK: {"queue": "ingest"},
+    PAGE_TASK: {"queue": "gpu"},
+    SWEEP_TASK: {"queue": SWEEP_QUEUE},
+}

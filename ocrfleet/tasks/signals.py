@@ -10,6 +10,7 @@ import contextvars
 import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,7 +31,12 @@ _log_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
     "ocrfleet_log_context",
     default=_EMPTY,  # never mutated: every bind sets a new dict
 )
-_state: dict[str, Any] = {"load_models": False, "main_pid": None}
+_state: dict[str, Any] = {"load_models": False, "main_pid": None, "load_s": None}
+
+
+def model_load_seconds() -> float | None:
+    """How long this pool process took to load its models (None: it loads none)."""
+    return _state["load_s"]
 
 
 @contextmanager
@@ -91,6 +97,7 @@ def _on_worker_process_init(**_: Any) -> None:
         return
     from ocrfleet.tasks.tasks import context
 
+    started = time.monotonic()
     try:
         ctx = context()
         ctx.toolkit  # noqa: B018 - loading is the point
@@ -101,7 +108,8 @@ def _on_worker_process_init(**_: Any) -> None:
         if main_pid is not None and main_pid != os.getpid():  # a pool child: stop the worker
             os.kill(main_pid, signal.SIGTERM)
         os._exit(EX_CONFIG)
-    log.info("models loaded in pool process %s", os.getpid())
+    _state["load_s"] = time.monotonic() - started
+    log.info("models loaded in pool process %s in %.1fs", os.getpid(), _state["load_s"])
 
 
 _task_tokens: dict[str, contextvars.Token[dict[str, Any]]] = {}

@@ -7,6 +7,10 @@ The launcher restarts a child that exits with exponential backoff, forwards SIGT
 for a warm shutdown (the page in flight finishes, unstarted ones go back to the queue; a
 second signal asks for a cold one) and gives up, exiting non-zero, when a child keeps
 dying right after start (a configuration error such as a missing model path).
+
+With a control channel (`ocrfleet worker --scaled`, see `ocrfleet.workers.control`) the
+launcher starts with no worker running and follows the number the scheduler sets: the
+first N device slots run, the others are stopped with a warm shutdown.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ocrfleet.tasks import routing
+from ocrfleet.workers.control import ControlChannel
 from ocrfleet.workers.devices import Device, thread_share
 
 log = logging.getLogger(__name__)
@@ -90,7 +95,7 @@ def plan_children(
     With the `gpu` role: one child per device, one pool process each, consuming the page
     queues (and `ingest` when asked for too). With `ingest` alone: one child without a GPU
     whose pool has `concurrency` processes (default: every CPU)."""
-    queues = routing.consume_order(roles)
+    queues = [routing.SWEEP_QUEUE, *routing.consume_order(roles)]
     if "gpu" not in roles:
         processes = concurrency or os.cpu_count() or 1
         argv = celery_argv(
@@ -121,6 +126,27 @@ def plan_children(
     return children
 
 
+def with_monitoring(specs: Sequence[ChildSpec], base_port: int, root: str) -> list[ChildSpec]:
+    """Give each child its own /healthz /readyz /metrics port (base + slot) and its own
+    prometheus multiprocess folder under `root` (wiped at every start)."""
+    out = []
+    for slot, spec in enumerate(specs):
+        env = {
+            **spec.env,
+            "OCRFLEET_WORKER_HEALTH_PORT": str(base_port + slot),
+            "PROMETHEUS_MULTIPROC_DIR": os.path.join(root, spec.name),
+        }
+        out.append(ChildSpec(spec.name, spec.argv, env))
+    return out
+
+
+def _wipe(folder: str) -> None:
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(folder):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, name))
+
+
 @dataclass
 class _Child:
     spec: ChildSpec
@@ -129,6 +155,8 @@ class _Child:
     failures_in_a_row: int = 0
     restart_at: float | None = None
     restarts: int = field(default=0)
+    wanted: bool = True  # the control channel wants this slot running
+    stopping: bool = False  # asked to stop by the control channel
 
 
 def _die_with_parent() -> None:
@@ -153,10 +181,15 @@ class Supervisor:
         stable_after_s: float = 60.0,
         max_failures_in_a_row: int = 5,
         poll_s: float = 0.2,
+        control: ControlChannel | None = None,
+        control_poll_s: float = 1.0,
     ) -> None:
         if not specs:
             raise ValueError("nothing to supervise")
-        self.children = [_Child(spec) for spec in specs]
+        self.children = [_Child(spec, wanted=control is None) for spec in specs]
+        self.control = control
+        self.control_poll_s = control_poll_s
+        self._control_at = 0.0
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.stable_after_s = stable_after_s
@@ -187,6 +220,8 @@ class Supervisor:
     # -- children --------------------------------------------------------------------
     def _start(self, child: _Child) -> None:
         env = {**os.environ, **child.spec.env}
+        if "PROMETHEUS_MULTIPROC_DIR" in child.spec.env:  # counters restart with the process
+            _wipe(child.spec.env["PROMETHEUS_MULTIPROC_DIR"])
         child.proc = subprocess.Popen(
             child.spec.argv, env=env, preexec_fn=_die_with_parent, start_new_session=True
         )
@@ -226,6 +261,26 @@ class Supervisor:
     def _alive(self) -> list[_Child]:
         return [child for child in self.children if child.proc is not None]
 
+    def _follow_control(self, now: float) -> None:
+        """Run the first N slots the scheduler asks for; warm-stop the rest."""
+        if self.control is None or now < self._control_at:
+            return
+        self._control_at = now + self.control_poll_s
+        running = sum(1 for c in self.children if c.proc is not None and not c.stopping)
+        desired = self.control.poll(running)
+        for index, child in enumerate(self.children):
+            wanted = index < desired
+            if wanted and not child.wanted:
+                child.failures_in_a_row = 0
+            child.wanted = wanted
+            if not wanted and child.proc is not None and not child.stopping:
+                log.info("scaling down: warm shutdown of worker %s", child.spec.name)
+                child.stopping = True
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGTERM)
+            if not wanted:
+                child.restart_at = None
+
     def run(self) -> int:
         """Block until stopped by a signal (0) or until a child keeps failing (1)."""
         previous = {
@@ -233,20 +288,23 @@ class Supervisor:
         }
         try:
             for child in self.children:
-                self._start(child)
+                if child.wanted:
+                    self._start(child)
             while True:
                 now = time.monotonic()
+                if not self._stop_signals:
+                    self._follow_control(now)
                 for child in self.children:
                     if child.proc is not None and (code := child.proc.poll()) is not None:
-                        if self._stop_signals:
-                            child.proc = None
+                        if self._stop_signals or child.stopping:
+                            child.proc, child.stopping = None, False
                             log.info("worker %s stopped (exit %s)", child.spec.name, code)
                         else:
                             self._on_exit(child, code, now)
                     elif (
                         child.proc is None
-                        and child.restart_at is not None
-                        and now >= child.restart_at
+                        and child.wanted
+                        and (child.restart_at is None or now >= child.restart_at)
                         and not self._stop_signals
                         and self._gave_up is None
                     ):
@@ -259,5 +317,7 @@ class Supervisor:
                     return 1 if self._gave_up else 0
                 time.sleep(self.poll_s)
         finally:
+            if self.control is not None:
+                self.control.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

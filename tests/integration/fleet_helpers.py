@@ -191,9 +191,10 @@ def start_workers(
     include: Iterable[str] = (),
     events: bool = False,
     concurrency: int | None = None,
+    extra: Iterable[str] = (),
 ) -> Workers:
     """`ocrfleet worker ...` (as `python -m ocrfleet.cli`, the console script's module)."""
-    argv = [sys.executable, "-m", "ocrfleet.cli", "worker", "--queues", queues]
+    argv = [sys.executable, "-m", "ocrfleet.cli", "worker", "--queues", queues, *extra]
     argv += ["--devices", devices, "--loglevel", "info"]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]

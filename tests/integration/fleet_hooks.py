@@ -11,6 +11,9 @@ Marker files in $FLEET_KILL_DIR name pages as `<document sha256>-<page number>`:
 - `slow-<sha>-<n>`: every delivery sleeps at its first candidate INSERT until the soft time
   limit interrupts it.
 - `stubborn-<sha>-<n>`: the same, but it ignores the soft limit, so the hard limit kills it.
+- `crash-<sha>-<n>`: the first delivery SIGKILLs the worker's *main* process (as an OOM
+  kill or a host crash does) and then its own pool process, in the middle of the page's
+  transaction; the file is consumed.
 Each kill appends the dying pid to `killed-<kind>-<sha>-<n>`.
 """
 
@@ -66,7 +69,7 @@ def _on_page_started(sender: Any = None, page_id: int | None = None, **_: Any) -
     key = _page_key(page_id)
     if (kill_dir / f"always-{key}").exists():
         _die(kill_dir, "always", key)
-    for kind in ("once", "slow", "stubborn"):
+    for kind in ("once", "slow", "stubborn", "crash"):
         if (kill_dir / f"{kind}-{key}").exists():
             _armed["key"], _armed["kind"] = key, kind
 
@@ -88,12 +91,17 @@ def _before_cursor_execute(
                 time.sleep(3600)
             except SoftTimeLimitExceeded:
                 continue  # only the hard time limit (SIGKILL from the pool) stops this
+    kind = _armed.get("kind", "once")
     try:
-        os.unlink(kill_dir / f"once-{key}")  # atomic claim: exactly one process wins it
+        os.unlink(kill_dir / f"{kind}-{key}")  # atomic claim: exactly one process wins it
     except FileNotFoundError:
         _armed.clear()
         return
-    _die(kill_dir, "once", key)
+    if kind == "crash":
+        with open(kill_dir / f"killed-crash-{key}", "a") as record:
+            record.write(f"{os.getppid()}\n")
+        os.kill(os.getppid(), signal.SIGKILL)
+    _die(kill_dir, kind, key)
 
 
 def _on_task_postrun(**_: Any) -> None:

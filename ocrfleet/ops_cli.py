@@ -1,0 +1,301 @@
+"""Operator commands: `ocrfleet scheduler [explain]`, `ocrfleet beat`, `ocrfleet retry`,
+`ocrfleet flower`.
+
+`register(app)` adds them to the main CLI (ocrfleet/cli.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from ocrfleet.config import Settings
+    from ocrfleet.scheduler.actuators import Actuator
+
+scheduler_app = typer.Typer(
+    no_args_is_help=False,
+    invoke_without_command=True,
+    help="Autoscale the fleet: read the signals, decide, act (see `explain`).",
+)
+
+ACTUATORS = ("local", "celery", "kubernetes")
+
+
+def _actuators(names: list[str], settings: Settings) -> list[Actuator]:
+    import redis
+
+    from ocrfleet.scheduler.actuators import CeleryPoolActuator, LocalActuator, MetricsOnlyActuator
+    from ocrfleet.tasks.app import create_app
+
+    found: list[Actuator] = []
+    for name in names:
+        if name == "local":
+            found.append(LocalActuator(redis.Redis.from_url(settings.broker_url or "")))
+        elif name == "celery":
+            found.append(CeleryPoolActuator(create_app(settings)))
+        elif name == "kubernetes":
+            found += [MetricsOnlyActuator("gpu"), MetricsOnlyActuator("ingest")]
+        else:
+            raise ValueError(f"--actuator must be one of {ACTUATORS}, not {name!r}")
+    roles = [a.role for a in found]
+    if len(roles) != len(set(roles)):
+        raise ValueError(f"two actuators for one pool: {roles}")
+    return found
+
+
+@scheduler_app.callback()
+def scheduler(
+    ctx: typer.Context,
+    actuator: Annotated[
+        list[str] | None,
+        typer.Option(help="local (device launchers), celery (ingest pools), kubernetes (metrics)"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print what the policy would set; change nothing")
+    ] = False,
+    once: Annotated[bool, typer.Option(help="one tick, then exit")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print decisions as JSON")] = False,
+) -> None:
+    """Run the scheduler loop (or one `--dry-run` tick)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from prometheus_client import start_http_server
+
+    from ocrfleet.config import get_settings
+    from ocrfleet.scheduler.loop import Scheduler
+
+    logging.basicConfig(
+        level=logging.INFO, format="[%(asctime)s: %(levelname)s/scheduler] %(message)s"
+    )
+    settings = get_settings()
+    try:
+        actuators = _actuators(actuator or ["local", "celery"], settings)
+        loop = Scheduler(settings, actuators, dry_run=dry_run)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if dry_run or once:
+        _snapshot, decisions = loop.tick()
+        for decision in decisions:
+            if as_json:
+                typer.echo(json.dumps(_decision_dict(decision, dry_run), default=str))
+            else:
+                verb = "would set" if dry_run else "set"
+                typer.echo(
+                    f"{decision.role}: {verb} {decision.desired} (now {decision.current}): "
+                    f"{decision.reason}; inputs {json.dumps(decision.inputs, default=str)}"
+                )
+        return
+    if settings.scheduler_metrics_port:
+        start_http_server(settings.scheduler_metrics_port)
+    loop.run()
+
+
+def _decision_dict(decision: Any, dry_run: bool) -> dict[str, Any]:
+    return {
+        "role": decision.role,
+        "at": decision.at,
+        "current": decision.current,
+        "desired": decision.desired,
+        "applied": not dry_run,
+        "reason": decision.reason,
+        "inputs": decision.inputs,
+    }
+
+
+@scheduler_app.command("explain")
+def explain(
+    limit: Annotated[int, typer.Option(help="how many decisions")] = 20,
+    role: Annotated[str | None, typer.Option(help="gpu or ingest")] = None,
+    changes: Annotated[bool, typer.Option(help="only decisions that changed a size")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Print recent scaling decisions with the inputs they were made on."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ocrfleet.config import get_settings
+    from ocrfleet.scheduler.loop import recent_decisions
+
+    rows = recent_decisions(get_settings().database_url, limit * (20 if changes else 1), role)
+    if changes:
+        rows = [r for r in rows if r.current != r.desired][:limit]
+    if as_json:
+        payload = [
+            {
+                "id": r.id,
+                "decided_at": r.decided_at.isoformat(),
+                "role": r.role,
+                "actuator": r.actuator,
+                "current": r.current,
+                "desired": r.desired,
+                "applied": r.applied,
+                "reason": r.reason,
+                "inputs": r.inputs,
+            }
+            for r in rows
+        ]
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    table = Table("when", "pool", "size", "why", "backlog", "oldest s", "rate", "startup s")
+    for r in rows:
+        inputs = r.inputs or {}
+        ages = inputs.get("oldest_age_s") or {}
+        oldest = max((a for a in ages.values() if a is not None), default=None)
+        table.add_row(
+            r.decided_at.strftime("%Y-%m-%d %H:%M:%S"),
+            f"{r.role} ({r.actuator}{'' if r.applied else ', dry run'})",
+            f"{r.current} -> {r.desired}" if r.current != r.desired else str(r.desired),
+            r.reason,
+            json.dumps(inputs.get("backlog")),
+            "" if oldest is None else f"{oldest:.0f}",
+            f"{inputs.get('rate', 0):.2f}{'' if inputs.get('rate_measured') else '*'}",
+            f"{inputs.get('startup_s', 0):.0f}{'' if inputs.get('startup_measured') else '*'}",
+        )
+    Console().print(table)
+    typer.echo("* a default from the settings: no worker has reported its own yet")
+
+
+def beat(
+    schedule: Annotated[
+        Path, typer.Option(help="beat's state file (last run of each sweep)")
+    ] = Path("celerybeat-schedule"),
+    loglevel: Annotated[str, typer.Option(help="log level")] = "info",
+) -> None:
+    """Send the recovery sweeps on their schedule; one beat per fleet sends (Redis lock)."""
+    from celery.apps.beat import Beat
+
+    from ocrfleet.config import get_settings
+    from ocrfleet.tasks.app import create_app
+
+    settings = get_settings()
+    if not settings.broker_url:
+        typer.echo("error: OCRFLEET_BROKER_URL is not set: beat sends to the broker", err=True)
+        raise typer.Exit(2)
+    Beat(
+        app=create_app(settings),
+        scheduler="ocrfleet.scheduler.beat:LockedScheduler",
+        schedule=str(schedule),
+        loglevel=loglevel.upper(),
+        max_interval=5,
+    ).run()
+
+
+def retry(
+    doc: Annotated[str | None, typer.Argument(help="document id, sha256 or path")] = None,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="every failed or partial document")
+    ] = False,
+    since: Annotated[
+        datetime | None, typer.Option(help="with --failed: updated at or after (UTC)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Re-queue failed pages with a fresh delivery budget (and documents that failed before
+    they were split)."""
+    from datetime import UTC
+
+    from ocrfleet import client
+    from ocrfleet.config import get_settings
+    from ocrfleet.operations import retry as retry_failed
+
+    if (doc is None) == (not failed):
+        typer.echo("error: give a DOC or --failed (not both)", err=True)
+        raise typer.Exit(2)
+    ids = None
+    if doc is not None:
+        try:
+            ids = [state.id for state in client.find(doc)]
+        except LookupError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        if not ids:
+            typer.echo(f"error: no document matches {doc!r}", err=True)
+            raise typer.Exit(1)
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    try:
+        done = retry_failed(get_settings(), ids, since)
+    except RuntimeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps([vars(r) for r in done]))
+        return
+    for r in done:
+        what = "ingest" if r.ingest else f"{len(r.pages)} page(s)"
+        typer.echo(f"{r.document_id}\tre-queued {what}")
+    if not done:
+        typer.echo("nothing to retry")
+
+
+FLOWER_NO_CREDENTIALS = (
+    "Flower refuses to start without credentials: set OCRFLEET_FLOWER_BASIC_AUTH=user:password, "
+    "or OCRFLEET_FLOWER_AUTH (emails) with OCRFLEET_FLOWER_OAUTH_PROVIDER and "
+    "FLOWER_OAUTH2_KEY/FLOWER_OAUTH2_SECRET/FLOWER_OAUTH2_REDIRECT_URI; or pass --no-auth"
+)
+
+
+def flower_env(settings: Settings, no_auth: bool) -> dict[str, str]:
+    """Flower's own FLOWER_* options for these settings (credentials never on argv)."""
+    from flower.utils.authentication import validate_auth_option
+
+    env = {
+        "FLOWER_PERSISTENT": "True",
+        "FLOWER_DB": str(settings.flower_db),
+        "FLOWER_STATE_SAVE_INTERVAL": "60000",  # ms: state survives a crash, not only a stop
+    }
+    if settings.flower_basic_auth:
+        env["FLOWER_BASIC_AUTH"] = settings.flower_basic_auth
+    elif settings.flower_auth:
+        if not validate_auth_option(settings.flower_auth) or not settings.flower_oauth_provider:
+            raise ValueError(
+                f"OCRFLEET_FLOWER_AUTH={settings.flower_auth!r} needs "
+                "OCRFLEET_FLOWER_OAUTH_PROVIDER and a pattern like '.*@example.com' (one '*', "
+                "none in the domain) or 'a@x.com|b@y.com'"
+            )
+        env["FLOWER_AUTH"] = settings.flower_auth
+        env["FLOWER_AUTH_PROVIDER"] = settings.flower_oauth_provider
+    elif not no_auth:
+        raise ValueError(FLOWER_NO_CREDENTIALS)
+    return env
+
+
+def flower(
+    port: Annotated[int, typer.Option(help="HTTP port")] = 5555,
+    address: Annotated[str, typer.Option(help="address to listen on")] = "0.0.0.0",
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="start without credentials (a trusted network)")
+    ] = False,
+) -> None:
+    """Flower for the fleet's app: workers, tasks, queue lengths, /metrics."""
+    import os
+    import sys
+
+    from ocrfleet.config import get_settings
+
+    settings = get_settings()
+    try:
+        if not settings.broker_url:
+            raise ValueError("OCRFLEET_BROKER_URL is not set: Flower watches the broker")
+        env = flower_env(settings, no_auth)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    argv = [sys.executable, "-m", "celery", "--app", "ocrfleet.tasks.app", "flower"]
+    argv += [f"--port={port}", f"--address={address}"]
+    os.execve(sys.executable, argv, {**os.environ, **env})
+
+
+def register(app: typer.Typer) -> None:
+    """Add `scheduler` (and `scheduler explain`), `beat`, `retry` and `flower`."""
+    app.add_typer(scheduler_app, name="scheduler")
+    app.command("beat")(beat)
+    app.command("retry")(retry)
+    app.command("flower")(flower)

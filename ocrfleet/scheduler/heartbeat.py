@@ -1,0 +1,199 @@
+"""Worker heartbeats in Redis: who is alive, what it holds, how fast it goes.
+
+Each worker's *main* process (the one that holds the broker connection and its unacked
+messages) writes `ocrfleet:worker:<hostname>` every `heartbeat_interval_s`, with a time to
+live of three periods. When that process dies, by SIGKILL, OOM or a host crash, the key
+expires and the messages it held are recognisably orphaned: their delivery tags are in
+Redis' `unacked` hash but in no live heartbeat (see `ocrfleet.scheduler.sweeps`).
+
+The record also carries the worker's page throughput (a moving average over busy time)
+and the model load time its pool process measured, which the scheduler's policy uses as
+the rate and the start-up cost of one worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
+
+from ocrfleet.config import get_settings
+from ocrfleet.tasks import routing
+
+log = logging.getLogger(__name__)
+
+WORKER_PREFIX = "ocrfleet:worker:"
+READY_PREFIX = "ocrfleet:ready:"
+TTL_PERIODS = 3
+RATE_ALPHA = 0.3  # weight of the newest busy interval in the moving average
+
+_state: dict[str, Any] = {"hostname": None, "queues": [], "thread": None}
+
+
+def worker_key(hostname: str) -> str:
+    return f"{WORKER_PREFIX}{hostname}"
+
+
+def ready_key(hostname: str) -> str:
+    return f"{READY_PREFIX}{hostname}"
+
+
+def _client() -> redis.Redis:
+    url = get_settings().broker_url
+    if not url:
+        raise RuntimeError("OCRFLEET_BROKER_URL is not set")
+    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+
+def _held_requests() -> list[Any]:
+    """Every request this worker holds a message for: reserved, running or waiting on a
+    countdown (a retry's message stays unacknowledged until it runs)."""
+    from celery.worker import state
+
+    held = {id(r): r for r in state.reserved_requests}
+    held.update({id(r): r for r in state.active_requests})
+    held.update({id(r): r for r in state.scheduled_requests})
+    held.update({id(r): r for r in state.requests.values()})
+    return list(held.values())
+
+
+def _request_record(request: Any) -> dict[str, Any]:
+    message = getattr(request, "message", None)
+    delivery = getattr(request, "delivery_info", None) or {}
+    return {
+        "tag": getattr(message, "delivery_tag", None),
+        "id": request.id,
+        "task": request.task_name,
+        "args": list(request.args or []) if isinstance(request.args, list | tuple) else [],
+        "queue": delivery.get("routing_key"),
+        "started": getattr(request, "time_start", None),
+    }
+
+
+class _Beat:
+    """The heartbeat thread of one worker main process."""
+
+    def __init__(self, hostname: str, queues: list[str], interval: float) -> None:
+        self.hostname = hostname
+        self.queues = queues
+        self.interval = interval
+        self.started_at = time.time()
+        self.rate: float | None = None
+        self.busy_s = 0.0
+        self._last_done: int | None = None
+        self._last_at = time.monotonic()
+        self._stop = threading.Event()
+        self._conn = _client()
+
+    def _done_pages(self, held: list[Any]) -> int:
+        from celery.worker import state
+
+        running = sum(1 for r in held if r.task_name == routing.PAGE_TASK)
+        return int(state.total_count.get(routing.PAGE_TASK, 0)) - running
+
+    def record(self) -> dict[str, Any]:
+        held = _held_requests()
+        done = self._done_pages(held)
+        now = time.monotonic()
+        elapsed, self._last_at = now - self._last_at, now
+        busy = any(r.task_name == routing.PAGE_TASK for r in held)
+        if self._last_done is not None and (busy or done > self._last_done):
+            finished = done - self._last_done
+            self.busy_s += elapsed
+            sample = finished / elapsed if elapsed > 0 else 0.0
+            if finished > 0 or self.rate is not None:
+                previous = sample if self.rate is None else self.rate
+                self.rate = RATE_ALPHA * sample + (1 - RATE_ALPHA) * previous
+        self._last_done = done
+        return {
+            "hostname": self.hostname,
+            "pid": os.getpid(),
+            "queues": self.queues,
+            "started_at": self.started_at,
+            "ts": time.time(),
+            "rate": self.rate,
+            "busy_s": self.busy_s,
+            "pages_done": done,
+            "held": [_request_record(r) for r in held],
+        }
+
+    def beat(self) -> None:
+        record = self.record()
+        ttl = max(1, int(self.interval * TTL_PERIODS + 0.999))
+        self._conn.set(worker_key(self.hostname), json.dumps(record), ex=ttl)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.beat()
+            except Exception as exc:  # a broker outage must not end the heartbeat thread
+                log.warning("heartbeat failed: %s", exc)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            self._conn.delete(worker_key(self.hostname))
+
+
+def _on_celeryd_init(sender: Any = None, options: Any = None, **_: Any) -> None:
+    _state["hostname"] = str(sender)
+    queues = (options or {}).get("queues") or []
+    if isinstance(queues, str):
+        queues = queues.split(",")
+    _state["queues"] = [str(q).strip() for q in queues]
+
+
+def _on_worker_ready(**_: Any) -> None:
+    """Start beating once the consumer is up (in the main process only)."""
+    if _state["thread"] is not None or _state["hostname"] is None:
+        return
+    beat = _Beat(_state["hostname"], _state["queues"], get_settings().heartbeat_interval_s)
+    thread = threading.Thread(target=beat.run, name="ocrfleet-heartbeat", daemon=True)
+    _state["thread"], _state["beat"] = thread, beat
+    thread.start()
+    atexit.register(beat.stop)
+
+
+def _on_worker_shutdown(**_: Any) -> None:
+    beat = _state.get("beat")
+    if beat is not None:
+        beat.stop()
+
+
+def _on_worker_process_init(**_: Any) -> None:
+    """In a pool child after its models loaded: publish the load time it measured."""
+    from ocrfleet.tasks.signals import model_load_seconds
+
+    hostname = _state["hostname"]
+    if hostname is None:
+        return
+    record = {"pid": os.getpid(), "load_s": model_load_seconds(), "ready_at": time.time()}
+    try:
+        conn = _client()
+        conn.set(ready_key(hostname), json.dumps(record), ex=7 * 24 * 3600)
+        conn.close()
+    except Exception as exc:
+        log.warning("cannot publish the model load time: %s", exc)
+
+
+def connect(app: Celery) -> None:
+    """Connect the worker-side handlers (idempotent)."""
+    del app
+    celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid="ocrfleet.hb.celeryd_init")
+    worker_ready.connect(_on_worker_ready, weak=False, dispatch_uid="ocrfleet.hb.worker_ready")
+    worker_shutdown.connect(
+        _on_worker_shutdown, weak=False, dispatch_uid="ocrfleet.hb.worker_shutdown"
+    )
+    worker_process_init.connect(
+        _on_worker_process_init, weak=False, dispatch_uid="ocrfleet.hb.worker_process_init"
+    )

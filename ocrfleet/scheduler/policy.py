@@ -1,0 +1,369 @@
+"""How many workers a pool should run: pure functions over a `Snapshot`, no I/O.
+
+Target tracking on two signals per priority: the backlog must drain, with the arrivals
+that keep coming, before the oldest waiting page of that priority reaches
+`target_fraction` of its SLO (and in any case before the SLO itself). A worker added now
+only helps after its start-up time (its measured model load), so additions are sized on
+the time left after start-up, and the running ones are counted for the whole period.
+
+Shape of the response: up at once, to the full size needed (one step per spike); down
+slowly, one quarter of the pool at a time, only when the smaller pool would still have
+`hysteresis` spare capacity, and only `down_cooldown_s` after the last change, so a pool
+does not flap. To the minimum (zero for device pools) only after the pool has been idle
+for several model load times: restarting costs a model load. Pre-warm windows (cron) raise
+the minimum before known peaks. Never more device workers than devices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from ocrfleet.scheduler.signals import Snapshot
+from ocrfleet.tasks import routing
+
+ARRIVAL_TAU_S = 300.0  # the arrival rate is a moving average over about five minutes
+IDLE_RATE = 1e-3  # arrivals/s below this count as none
+
+
+# -- cron windows ------------------------------------------------------------------------
+
+
+def _cron_field(text: str, low: int, high: int) -> set[int]:
+    values: set[int] = set()
+    for part in text.split(","):
+        body, _, step_text = part.partition("/")
+        step = int(step_text) if step_text else 1
+        if body == "*":
+            start, end = low, high
+        elif "-" in body:
+            start, end = (int(v) for v in body.split("-", 1))
+        else:
+            start = end = int(body)
+        if start < low or end > high or step < 1:
+            raise ValueError(f"cron field {text!r} outside {low}-{high}")
+        values.update(range(start, end + 1, step))
+    return values
+
+
+def cron_matches(expression: str, moment: datetime) -> bool:
+    """Whether the 5-field cron `expression` (minute hour day month weekday; weekday 0 or 7
+    is Sunday) fires at `moment`'s minute. Day-of-month and weekday combine as in cron:
+    either may match when both are restricted."""
+    fields = expression.split()
+    if len(fields) != 5:
+        raise ValueError(f"cron expression needs 5 fields: {expression!r}")
+    minute, hour, dom, month, dow = fields
+    weekday = (moment.weekday() + 1) % 7  # Monday=1 ... Sunday=0
+    dows = {d % 7 for d in _cron_field(dow, 0, 7)}
+    day_ok_dom = moment.day in _cron_field(dom, 1, 31)
+    day_ok_dow = weekday in dows
+    both_restricted = dom != "*" and dow != "*"
+    day_ok = (day_ok_dom or day_ok_dow) if both_restricted else (day_ok_dom and day_ok_dow)
+    return (
+        moment.minute in _cron_field(minute, 0, 59)
+        and moment.hour in _cron_field(hour, 0, 23)
+        and moment.month in _cron_field(month, 1, 12)
+        and day_ok
+    )
+
+
+@dataclass(frozen=True)
+class Prewarm:
+    """From each time `cron` fires, keep at least `workers` for `minutes`."""
+
+    cron: str
+    minutes: int
+    workers: int
+
+    def active(self, now: float) -> bool:
+        start = math.floor(now / 60) * 60
+        for back in range(self.minutes):
+            moment = datetime.fromtimestamp(start - back * 60, UTC)
+            if cron_matches(self.cron, moment):
+                return True
+        return False
+
+
+def parse_prewarm(text: str) -> tuple[Prewarm, ...]:
+    """`'0 8 * * 1-5=60:4;30 17 * * *=20:2'` -> windows (cron=MINUTES:WORKERS, ';'-separated)."""
+    windows = []
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        cron, _, rest = item.rpartition("=")
+        minutes, _, workers = rest.partition(":")
+        try:
+            window = Prewarm(cron.strip(), int(minutes), int(workers))
+            cron_matches(window.cron, datetime.now(UTC))
+        except ValueError as exc:
+            want = "want 'CRON=MINUTES:WORKERS'"
+            raise ValueError(f"pre-warm window {item!r}: {want} ({exc})") from exc
+        windows.append(window)
+    return tuple(windows)
+
+
+# -- parameters, state, decisions --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    """One pool's knobs. `rate`/`startup_s` are fallbacks until workers report theirs."""
+
+    role: str
+    min_workers: int
+    max_workers: int
+    slo_s: dict[str, float]
+    default_rate: float
+    default_startup_s: float
+    device_cap: int | None = None
+    target_fraction: float = 0.5
+    headroom: float = 0.1  # steady state: run at most 1/(1+headroom) utilised
+    hysteresis: float = 0.2  # extra spare capacity a smaller pool must keep
+    down_step: float = 0.25  # fraction of the pool removed per scale-down
+    down_cooldown_s: float = 120.0
+    idle_loads: float = 5.0
+    min_idle_s: float = 60.0
+    interval_s: float = 10.0
+    prewarm: tuple[Prewarm, ...] = ()
+
+    @property
+    def ceiling(self) -> int:
+        if self.device_cap is None:
+            return max(0, self.max_workers)
+        return max(0, min(self.max_workers, self.device_cap))
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """What a pool's policy remembers between ticks."""
+
+    target: int = 0
+    changed_at: float = float("-inf")
+    direction: int = 0  # +1 up, -1 down, of the last change
+    flips: int = 0  # direction reversals so far
+    idle_since: float | None = None
+    arrival_rate: float | None = None
+    pages_total: int | None = None
+    seen_at: float | None = None
+    needs: tuple[tuple[float, int], ...] = ()  # (time, need) over the stabilisation window
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A pool's share of a snapshot."""
+
+    backlog: dict[str, int]  # priority -> units waiting or in flight
+    oldest_age_s: dict[str, float | None]
+    live: int
+    rate: float | None  # measured units/s of one worker (median of the live ones)
+    startup_s: float | None  # measured start-up of one worker
+    arrivals_total: int  # monotone count of units ever created
+
+
+@dataclass(frozen=True)
+class Decision:
+    role: str
+    at: float
+    current: int
+    desired: int
+    reason: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def direction(self) -> int:
+        return (self.desired > self.current) - (self.desired < self.current)
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(v for v in values if v is not None and v > 0)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def demand_of(snapshot: Snapshot, role: str) -> Demand:
+    """The signals that matter to `role`'s pool."""
+    workers = snapshot.live(role)
+    high, normal = routing.ROLES[role]
+    if role == "gpu":
+        queued = snapshot.backlog("gpu")
+        backlog = dict(snapshot.pending_pages)
+        # Pages in the queues but not in the database view (or the other way) never hide
+        # work: take the larger of the two totals, put the difference on normal.
+        backlog["normal"] = backlog.get("normal", 0) + max(0, queued - sum(backlog.values()))
+        # A document not split yet has at least one page coming.
+        backlog["normal"] += snapshot.pending_documents
+        arrivals = snapshot.pages_total
+    else:
+        q = snapshot.queues
+        backlog = {
+            "high": q[high].waiting + q[high].unacked if high in q else 0,
+            "normal": q[normal].waiting + q[normal].unacked if normal in q else 0,
+        }
+        arrivals = 0
+    return Demand(
+        backlog=backlog,
+        oldest_age_s=dict(snapshot.oldest_age_s),
+        live=len(workers),
+        rate=_median([w.rate for w in workers if w.rate]),
+        startup_s=_median([w.load_s for w in workers if w.load_s]),
+        arrivals_total=arrivals,
+    )
+
+
+def _arrival_rate(state: PoolState, demand: Demand, now: float) -> float | None:
+    if state.pages_total is None or state.seen_at is None or now <= state.seen_at:
+        return state.arrival_rate
+    elapsed = now - state.seen_at
+    sample = max(0, demand.arrivals_total - state.pages_total) / elapsed
+    if state.arrival_rate is None:
+        return sample
+    alpha = 1.0 - math.exp(-elapsed / ARRIVAL_TAU_S)
+    return alpha * sample + (1 - alpha) * state.arrival_rate
+
+
+def needed_workers(
+    backlog: float, arrivals: float, rate: float, deadline_s: float, running: int, startup_s: float
+) -> int:
+    """Fewest workers so that `backlog` plus `deadline_s` of arrivals is done by the deadline,
+    counting `running` workers for all of it and any new one only after `startup_s`."""
+    work = backlog + arrivals * deadline_s
+    if work <= 0:
+        return 0
+    if running * rate * deadline_s >= work:
+        return max(1, math.ceil(work / (rate * deadline_s)))
+    useful = max(deadline_s - startup_s, deadline_s * 0.1)
+    extra = (work - running * rate * deadline_s) / (rate * useful)
+    return running + math.ceil(extra)
+
+
+def decide(
+    snapshot_demand: Demand, state: PoolState, params: PoolParams, now: float
+) -> tuple[Decision, PoolState]:
+    """The pool size to set now, why, and the state to keep for the next tick."""
+    demand = snapshot_demand
+    rate = demand.rate or params.default_rate
+    startup = demand.startup_s if demand.startup_s is not None else params.default_startup_s
+    arrivals = _arrival_rate(state, demand, now) or 0.0
+    current = state.target
+    floor = params.min_workers
+    for window in params.prewarm:
+        if window.active(now):
+            floor = max(floor, window.workers)
+    ceiling = params.ceiling
+    floor = min(floor, ceiling)
+
+    # Per priority: high preempts normal, so normal's deadline covers both backlogs.
+    # Arrivals of a priority are not measured apart: high gets the share it has of the
+    # backlog, normal (which waits behind high anyway) all of them.
+    need, binding, cumulative = 0, "", 0.0
+    deadlines = {}
+    backlog_total = sum(demand.backlog.values())
+    for priority in ("high", "normal"):
+        cumulative += demand.backlog.get(priority, 0)
+        slo = params.slo_s[priority]
+        age = demand.oldest_age_s.get(priority) or 0.0
+        deadline = max(params.interval_s, min(params.target_fraction * slo, slo - age))
+        deadlines[priority] = deadline
+        if cumulative <= 0:
+            continue
+        share = 1.0 if priority == "normal" else cumulative / backlog_total
+        n = needed_workers(cumulative, arrivals * share, rate, deadline, current, startup)
+        if n > need:
+            need, binding = n, priority
+    steady = math.ceil(arrivals * (1 + params.headroom) / rate) if arrivals > IDLE_RATE else 0
+    if steady > need:
+        need, binding = steady, "arrivals"
+    # What a smaller pool must still cover: `hysteresis` more spare capacity than growing
+    # asks for, so arrival-rate noise around a boundary moves nothing.
+    roomy = params.headroom + params.hysteresis
+    need_down = max(need, math.ceil(arrivals * (1 + roomy) / rate) if arrivals > IDLE_RATE else 0)
+
+    # Scale-down follows the largest need of the last `down_cooldown_s` (a stabilisation
+    # window, as Kubernetes' HPA does), so one quiet tick between bursts removes nothing.
+    needs = tuple((at, n) for at, n in state.needs if now - at < params.down_cooldown_s)
+    needs += ((now, need_down),)
+    recent_need = max(n for _, n in needs)
+
+    idle = backlog_total == 0 and arrivals <= IDLE_RATE
+    idle_since = (state.idle_since if state.idle_since is not None else now) if idle else None
+    idle_for = 0.0 if idle_since is None else now - idle_since
+    idle_needed = max(params.min_idle_s, params.idle_loads * startup)
+
+    inputs = {
+        "backlog": dict(demand.backlog),
+        "oldest_age_s": dict(demand.oldest_age_s),
+        "live": demand.live,
+        "rate": rate,
+        "rate_measured": demand.rate is not None,
+        "startup_s": startup,
+        "startup_measured": demand.startup_s is not None,
+        "arrival_rate": arrivals,
+        "deadline_s": deadlines,
+        "need": need,
+        "recent_need": recent_need,
+        "floor": floor,
+        "ceiling": ceiling,
+        "idle_for_s": idle_for,
+    }
+
+    cooled = now - state.changed_at >= params.down_cooldown_s
+    desired, reason = current, "hold"
+    if need > current:
+        desired = min(need, ceiling)
+        reason = f"up: {binding} needs {need} worker(s)" + (
+            f", capped at {ceiling}" if need > ceiling else ""
+        )
+    elif current > floor and idle and idle_for >= idle_needed and cooled:
+        desired, reason = floor, f"idle {idle_for:.0f}s >= {idle_needed:.0f}s: to the minimum"
+    elif current > max(floor, 1):
+        # Down only when the pool is clearly too big (`hysteresis`), a step at a time, and
+        # one worker stays warm until the pool has been idle long enough.
+        keep = max(floor, 1, recent_need)
+        if keep < current:
+            if cooled:
+                step = max(1, math.floor(current * params.down_step))
+                desired = max(keep, current - step)
+                reason = f"down: at most {recent_need} needed of {current} lately"
+            else:
+                reason = f"hold: cooling down ({now - state.changed_at:.0f}s since the last change)"
+    if desired < floor:
+        desired, reason = floor, f"up: minimum {floor}"
+    desired = min(desired, ceiling)
+
+    direction = (desired > current) - (desired < current)
+    reversed_ = bool(direction and state.direction and direction != state.direction)
+    flips = state.flips + int(reversed_)
+    new_state = replace(
+        state,
+        target=desired,
+        changed_at=now if direction else state.changed_at,
+        direction=direction or state.direction,
+        flips=flips,
+        idle_since=idle_since,
+        arrival_rate=arrivals,
+        pages_total=demand.arrivals_total,
+        seen_at=now,
+        needs=needs,
+    )
+    return Decision(params.role, now, current, desired, reason, inputs), new_state
+
+
+def pool_params(settings: Any, role: str, device_cap: int | None = None) -> PoolParams:
+    """A pool's parameters from the settings."""
+    return PoolParams(
+        role=role,
+        min_workers=getattr(settings, f"scale_min_{role}"),
+        max_workers=getattr(settings, f"scale_max_{role}"),
+        slo_s={"high": settings.slo_high_s, "normal": settings.slo_normal_s},
+        default_rate=settings.scale_default_rate if role == "gpu" else 1.0,
+        default_startup_s=settings.scale_default_startup_s if role == "gpu" else 2.0,
+        device_cap=device_cap,
+        down_cooldown_s=settings.scale_down_cooldown_s,
+        idle_loads=settings.scale_idle_loads,
+        min_idle_s=settings.scale_min_idle_s,
+        interval_s=settings.scale_interval_s,
+        prewarm=parse_prewarm(settings.scale_prewarm) if role == "gpu" else (),
+    )

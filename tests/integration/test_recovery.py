@@ -1,0 +1,156 @@
+"""Recovery sweeps with the real fleet: a worker's main process SIGKILLed mid-page, a Redis
+that lost its messages, a submit while the broker was down."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from ocrfleet import client
+from ocrfleet.scheduler.beat import LOCK_KEY
+from ocrfleet.scheduler.sweeps import message_refs, referenced, requeue_lost
+from ocrfleet.service import Context
+from ocrfleet.service import ingest as ingest_in_process
+from tests.conftest import REPO, free_port
+from tests.integration.fleet_helpers import (
+    Workers,
+    assert_written_once,
+    make_document,
+    process_env,
+    queue_depths,
+    rows,
+    scalar,
+    settings_from,
+    start_workers,
+    wait_finished,
+)
+
+pytestmark = pytest.mark.integration
+
+HOOKS = "tests.integration.fleet_hooks"
+
+
+@pytest.fixture
+def started() -> Iterator[list[Workers]]:
+    launched: list[Workers] = []
+    yield launched
+    for workers in launched:
+        workers.stop()
+
+
+def with_default_limits(env: dict[str, str]) -> dict[str, str]:
+    """The fleet's own defaults for time limits and visibility timeout (an hour)."""
+    drop = ("OCRFLEET_TASK_SOFT_TIME_LIMIT", "OCRFLEET_TASK_TIME_LIMIT")
+    drop += ("OCRFLEET_VISIBILITY_TIMEOUT",)
+    return {key: value for key, value in env.items() if key not in drop}
+
+
+def test_main_process_killed_mid_page_everything_completes_within_two_minutes(
+    env: dict[str, str], tmp_path: Path, started: list[Workers]
+) -> None:
+    kill_dir = tmp_path / "kills"
+    kill_dir.mkdir()
+    env = {**with_default_limits(env), "FLEET_KILL_DIR": str(kill_dir)}
+    settings = settings_from(env)
+    assert settings.visibility_timeout == 3600  # kombu alone would wait an hour
+    url = env["OCRFLEET_DATABASE_URL"]
+
+    blobs = [make_document(800 + i, 3) for i in range(4)]
+    victim = hashlib.sha256(blobs[1]).hexdigest()
+    (kill_dir / f"crash-{victim}-2").touch()
+
+    beat_log = open(tmp_path / "beat.log", "ab")  # noqa: SIM115 - closed below
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "ocrfleet.cli", "beat", "--schedule", str(tmp_path / "beat")],
+        cwd=REPO,
+        env=process_env(env),
+        stdout=beat_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        workers = start_workers(env, tmp_path / "workers.log", devices="cpu:2", include=[HOOKS])
+        started.append(workers)
+        ids = [client.submit(blob, settings=settings) for blob in blobs]
+        record = kill_dir / f"killed-crash-{victim}-2"
+        deadline = time.monotonic() + 300
+        while not record.exists():
+            assert time.monotonic() < deadline, workers.log_tail()
+            time.sleep(0.2)
+        # The page's message is stranded in `unacked` by the dead main process.
+        conn = redis.Redis.from_url(env["OCRFLEET_BROKER_URL"])
+        time.sleep(1)
+        assert conn.hlen("unacked") >= 1
+
+        states = wait_finished(ids, settings, timeout=120, workers=workers)
+        assert conn.get(LOCK_KEY) is not None  # this fleet's one beat holds the lock
+    finally:
+        beat.terminate()
+        beat.wait(timeout=30)
+        beat_log.close()
+
+    assert [s.status.value for s in states] == ["done"] * 4, [s.reason for s in states]
+    assert_written_once(url)
+    crashed = scalar(
+        url,
+        "SELECT p.deliveries FROM pages p JOIN documents d ON d.id = p.document_id "
+        "WHERE d.sha256 = :sha AND p.number = 2",
+        sha=victim,
+    )
+    assert crashed == 2  # the delivery count was kept across the requeue
+    assert "requeued orphaned message" in workers.log_tail(500_000)
+
+
+def test_lost_messages_and_a_submit_while_the_broker_was_down_are_requeued(
+    env: dict[str, str], tmp_path: Path, started: list[Workers]
+) -> None:
+    env = {**env, "OCRFLEET_SWEEP_LOST_AFTER_S": "1"}
+    settings = settings_from(env)
+    broker = env["OCRFLEET_BROKER_URL"]
+    conn = redis.Redis.from_url(broker)
+
+    # A document split in-process (rows and page images, no message): as after Redis
+    # lost its page messages.
+    split_blob = make_document(850, 2)
+    source = tmp_path / "split.pdf"
+    source.write_bytes(split_blob)
+    outcome = ingest_in_process(Context(settings), str(source))
+    # A document submitted normally, whose ingest message Redis then lost.
+    lost_doc = client.submit(make_document(851, 2), settings=settings)
+    conn.flushdb()
+    # A document submitted while the broker was down: a clear error, the row stays pending.
+    down = settings.model_copy(update={"broker_url": f"redis://127.0.0.1:{free_port()}/0"})
+    with pytest.raises(client.BrokerUnavailable, match="recovery sweep enqueues it"):
+        client.submit(make_document(852, 1), settings=down)
+    ((down_doc,),) = rows(
+        env["OCRFLEET_DATABASE_URL"],
+        "SELECT id FROM documents WHERE status = 'pending' AND id <> :d",
+        d=lost_doc,
+    )
+
+    # Something already waits in the page queue: the requeued pages go before it.
+    busy = client.submit(make_document(853, 1), settings=settings)
+    time.sleep(1.5)  # older than sweep_lost_after_s
+    assert referenced(conn) == (set(), {busy})
+    requeued = requeue_lost(settings)
+    assert sorted(requeued["pages"]) == sorted(outcome.page_ids)
+    assert sorted(requeued["documents"]) == sorted([lost_doc, down_doc])
+    assert requeue_lost(settings) == {"pages": [], "documents": []}  # nothing twice
+    # The head of a queue is its right end (workers BRPOP): the requeued go first.
+    ingest = [message_refs(json.loads(raw))[1] for raw in conn.lrange("ingest", 0, -1)]
+    assert ingest[0] == busy and sorted(ingest[1:]) == sorted([lost_doc, down_doc])
+    assert queue_depths(broker)["gpu"] == 2
+
+    workers = start_workers(env, tmp_path / "workers.log", devices="cpu:1")
+    started.append(workers)
+    ids = [outcome.document_id, lost_doc, down_doc, busy]
+    states = wait_finished(ids, settings, timeout=300, workers=workers)
+    assert [s.status.value for s in states] == ["done"] * 4, [s.reason for s in states]
+    assert_written_once(env["OCRFLEET_DATABASE_URL"])

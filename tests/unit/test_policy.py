@@ -1,0 +1,176 @@
+"""The scaling policy as pure functions: no Redis, no database."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from ocrfleet.scheduler.policy import (
+    Demand,
+    PoolParams,
+    PoolState,
+    Prewarm,
+    cron_matches,
+    decide,
+    needed_workers,
+    parse_prewarm,
+)
+
+PARAMS = PoolParams(
+    role="gpu",
+    min_workers=0,
+    max_workers=20,
+    slo_s={"high": 120.0, "normal": 900.0},
+    default_rate=0.5,
+    default_startup_s=10.0,
+    down_cooldown_s=300.0,
+    idle_loads=5.0,
+    min_idle_s=60.0,
+    interval_s=10.0,
+)
+
+
+def demand(
+    normal: int = 0,
+    high: int = 0,
+    *,
+    age_normal: float | None = None,
+    age_high: float | None = None,
+    total: int = 0,
+    rate: float | None = 0.5,
+    startup: float | None = 10.0,
+    live: int = 0,
+) -> Demand:
+    return Demand(
+        backlog={"high": high, "normal": normal},
+        oldest_age_s={"high": age_high, "normal": age_normal},
+        live=live,
+        rate=rate,
+        startup_s=startup,
+        arrivals_total=total,
+    )
+
+
+def run(
+    steps: list[Demand], params: PoolParams = PARAMS, state: PoolState | None = None, dt=10.0
+) -> list[int]:
+    state = state or PoolState()
+    targets = []
+    for i, step in enumerate(steps):
+        decision, state = decide(step, state, params, 1_000_000.0 + i * dt)
+        targets.append(decision.desired)
+    return targets
+
+
+def test_a_backlog_is_sized_to_drain_before_the_slo_counting_start_up() -> None:
+    # 900 pages, 0.5 pages/s per worker, half the 900 s SLO to drain them, 10 s start-up:
+    # 900 / (0.5 * (450 - 10)) = 4.09 -> 5 new workers.
+    (decision, _) = decide(demand(normal=900, age_normal=0.0), PoolState(), PARAMS, 0.0)
+    assert decision.desired == 5
+    assert decision.reason.startswith("up: normal")
+    # A slower start-up costs more workers for the same backlog.
+    slow = decide(demand(normal=900, age_normal=0.0, startup=300.0), PoolState(), PARAMS, 0.0)
+    assert slow[0].desired > decision.desired
+
+
+def test_an_old_page_tightens_the_deadline() -> None:
+    fresh = decide(demand(normal=300, age_normal=0.0), PoolState(), PARAMS, 0.0)[0].desired
+    late = decide(demand(normal=300, age_normal=800.0), PoolState(), PARAMS, 0.0)[0].desired
+    assert late > fresh
+
+
+def test_high_priority_has_its_own_tighter_slo() -> None:
+    high = decide(demand(high=100, age_high=0.0), PoolState(), PARAMS, 0.0)[0]
+    normal = decide(demand(normal=100, age_normal=0.0), PoolState(), PARAMS, 0.0)[0]
+    assert high.desired > normal.desired
+    assert high.reason.startswith("up: high")
+
+
+def test_min_max_and_the_device_cap() -> None:
+    capped = replace(PARAMS, device_cap=2)
+    decision = decide(demand(normal=10_000, age_normal=0.0), PoolState(), capped, 0.0)[0]
+    assert decision.desired == 2 and "capped at 2" in decision.reason
+    floor = replace(PARAMS, min_workers=3)
+    assert decide(demand(), PoolState(), floor, 0.0)[0].desired == 3
+
+
+def test_fast_up_slow_down_with_cooldown() -> None:
+    busy = [demand(normal=900, age_normal=0.0, total=0)]
+    quiet = [demand(normal=0, total=0) for _ in range(200)]  # 2000 s of nothing new
+    targets = run(busy + quiet)
+    assert targets[0] == 5  # all at once
+    # Nothing is removed during the cooldown / stabilisation window ...
+    assert targets[1:30] == [5] * 29
+    # ... then, idle for longer than 5 load times, it goes to the minimum and stays.
+    assert targets[30:] == [0] * (len(targets) - 30)
+
+
+def test_a_busy_pool_shrinks_a_step_at_a_time() -> None:
+    state = PoolState(target=8)
+    # Enough work for 2 workers keeps arriving: 8 -> 6 -> 5 -> 4 -> 3 -> 2, a cooldown apart.
+    total, targets = 0, [8]
+    for i in range(300):
+        total += 6  # 0.6 pages/s: 2 workers of 0.5 pages/s with room to spare
+        decision, state = decide(demand(normal=2, total=total), state, PARAMS, i * 10.0)
+        targets.append(decision.desired)
+    pairs = enumerate(zip(targets, targets[1:], strict=False))
+    moves = [(i, b - a) for i, (a, b) in pairs if b != a]
+    assert [m for _, m in moves] == [-2, -1, -1, -1, -1]
+    assert all(b - a >= 30 for (a, _), (b, _) in zip(moves, moves[1:], strict=False))  # 300 s apart
+    assert targets[-1] == 2
+
+
+def test_scale_to_zero_waits_for_several_load_times() -> None:
+    params = replace(PARAMS, down_cooldown_s=0.0, min_idle_s=0.0)
+    state = PoolState(target=1)
+    slow_start = demand(startup=100.0)  # 5 x 100 s of idleness needed
+    targets = run([slow_start] * 60, params, state)  # 600 s
+    assert targets[45] == 1  # 450 s idle: still warm
+    assert targets[-1] == 0
+
+
+def test_noise_around_a_boundary_does_not_flap() -> None:
+    """Arrivals jittering around 3.3 workers' worth: the pool grows and stays."""
+    params = replace(PARAMS, down_cooldown_s=60.0)
+    state, total, targets = PoolState(), 0, []
+    for i in range(400):
+        total += 16 if i % 2 else 17  # ~1.65 pages/s, 3.3 workers of 0.5 pages/s
+        decision, state = decide(demand(normal=5, total=total), state, params, i * 10.0)
+        targets.append(decision.desired)
+    # It grows while the arrival-rate average settles, and never shrinks back.
+    assert all(b >= a for a, b in zip(targets, targets[1:], strict=False))
+    assert state.flips == 0
+    assert targets[-1] == 4
+
+
+def test_the_decision_carries_its_inputs() -> None:
+    decision, _ = decide(demand(normal=50, age_normal=30.0, rate=None), PoolState(), PARAMS, 0.0)
+    assert decision.inputs["rate"] == 0.5 and decision.inputs["rate_measured"] is False
+    assert decision.inputs["backlog"] == {"high": 0, "normal": 50}
+    assert decision.inputs["oldest_age_s"]["normal"] == 30.0
+
+
+def test_needed_workers_counts_running_ones_fully() -> None:
+    assert needed_workers(0, 0, 1.0, 100, 3, 10) == 0
+    assert needed_workers(100, 0, 1.0, 100, 0, 0) == 1
+    assert needed_workers(100, 0, 1.0, 100, 2, 50) == 1  # the running ones suffice
+    assert needed_workers(300, 0, 1.0, 100, 2, 50) == 2 + 2  # 100 left / (1.0 * 50)
+
+
+def test_cron_windows() -> None:
+    monday_8 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)  # a Monday
+    assert cron_matches("0 8 * * 1-5", monday_8)
+    assert not cron_matches("0 8 * * 0,6", monday_8)
+    assert cron_matches("*/15 8 * * *", monday_8.replace(minute=45))
+    assert not cron_matches("*/15 8 * * *", monday_8.replace(minute=44))
+    (window,) = parse_prewarm("0 8 * * 1-5=60:4")
+    assert window == Prewarm("0 8 * * 1-5", 60, 4)
+    assert window.active(monday_8.timestamp() + 59 * 60)
+    assert not window.active(monday_8.timestamp() + 61 * 60)
+    assert not window.active(monday_8.timestamp() - 60)
+    params = replace(PARAMS, prewarm=(window,))
+    assert decide(demand(), PoolState(), params, monday_8.timestamp() + 600)[0].desired == 4
+    with pytest.raises(ValueError, match="CRON=MINUTES:WORKERS"):
+        parse_prewarm("0 8 * *=60:4")
