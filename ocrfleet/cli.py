@@ -88,7 +88,7 @@ def run(
     with ctx.session() as session:
         rows = document_summaries(session, [o.document_id for o in outcomes])
     _print_summary(rows, [str(p) for p in inputs], as_json)
-    if any(row.status not in ("done",) for row in rows):
+    if any(row.status not in ("done", "reviewed") for row in rows):
         raise typer.Exit(1)
 
 

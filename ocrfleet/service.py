@@ -200,7 +200,8 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
 
     image = load_image(ctx.store.get(ctx.store.key_of(image_uri)))
     result = process_image(number, image, ctx.toolkit)
-    output_sha256 = hashlib.sha256(canonical_json(result.model_dump(mode="json")).encode())
+    output = result.model_dump(mode="json", exclude={"reviews"})  # the engines' output only
+    output_sha256 = hashlib.sha256(canonical_json(output).encode())
 
     with ctx.session() as session:
         save_page_result(session, page_id, result)
