@@ -208,6 +208,11 @@ from ocrfleet.fleet_cli import register as _register_fleet_commands  # noqa: E40
 
 _register_fleet_commands(app)
 
+# Back-office commands (`review`, `users`, `export`) live in ocrfleet/review/cli.py.
+from ocrfleet.review.cli import register as _register_review_commands  # noqa: E402
+
+_register_review_commands(app)
+
 
 def main() -> None:
     app()
