@@ -114,13 +114,13 @@ def action(handler: Handler) -> Callable[[Request], Any]:
             account = _session_account(request, session)
             if account is None:
                 return PlainTextResponse("login required", status_code=401)
+            if not csrf_ok(request, form.get(CSRF_FIELD)):
+                return PlainTextResponse("missing or wrong CSRF token", status_code=403)
             return handler(request, session, account, form)
 
     @functools.wraps(handler)
     async def wrapper(request: Request) -> Response:
         form = dict(await request.form())
-        if not csrf_ok(request, form.get(CSRF_FIELD)):
-            return PlainTextResponse("missing or wrong CSRF token", status_code=403)
         return await run_in_threadpool(run, request, form)
 
     return wrapper
