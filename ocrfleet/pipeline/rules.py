@@ -12,13 +12,15 @@ A rules file (TOML, `OCRFLEET_RULES`) holds one table per rule:
     [rules.total]
     on = "document"
     check = "field"
-    label = '(?i)\\btotal\\b'     # the label, followed (same or next line) by an amount
+    label = '(?i)\\btotal\\b'     # the label, followed by an amount ...
+    within = 200                 # ... in the next 200 characters (default 40)
 
 Checks: `regex` (`pattern` must match, or with `must_match = false` must not), `date`
 (each value parses with one of `formats`), `amount` (each value matches `format`, by default
 1,234.56 or 1234.56), `luhn` (each value's digits pass the Luhn checksum), `field` (`label`
-followed by a value matching `value`, by default an amount). A region rule may name a
-`category`. The file's sha256 enters run_id: other rules, other run.
+followed within `within` characters by a value matching `value`, by default an amount: OCR
+reading order often puts a receipt's amounts a few lines after their labels). A region rule
+may name a `category`. The file's sha256 enters run_id: other rules, other run.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Rule:
     formats: tuple[str, ...] = DEFAULT_FORMATS
     amount: re.Pattern[str] = re.compile(AMOUNT)
     label: re.Pattern[str] | None = None
+    within: int = 40
     required: bool = False
     category: str | None = None
 
@@ -98,7 +101,7 @@ def _rule(name: str, table: Any) -> Rule:
     if not isinstance(table, dict):
         raise RulesError(f"rule {name}: expected a table")
     known = {"on", "check", "find", "pattern", "must_match", "formats", "format", "label",
-             "value", "required", "category"}  # fmt: skip
+             "value", "within", "required", "category"}  # fmt: skip
     if unknown := sorted(set(table) - known):
         raise RulesError(f"rule {name}: unknown keys {unknown}")
     on = table.get("on", "region")
@@ -124,6 +127,10 @@ def _rule(name: str, table: Any) -> Rule:
         fields["label"] = _regex(name, "label", table.get("label"))
         if "value" in table:
             fields["amount"] = _regex(name, "value", table["value"])
+        within = table.get("within", 40)
+        if not isinstance(within, int) or within < 1:
+            raise RulesError(f"rule {name}: within must be a positive number of characters")
+        fields["within"] = within
     fields["required"] = bool(table.get("required", check == "field"))
     if (category := table.get("category")) is not None:
         if on != "region" or category not in ("text", "formula", "table"):
@@ -207,11 +214,9 @@ def check(rule: Rule, text: str) -> list[Failure]:
     if rule.check == "field":
         assert rule.label is not None
         labels = list(rule.label.finditer(text))
+        value = re.compile(rf"(?<![\w.,])(?:{rule.amount.pattern})(?![\w,]|\.\d)")
         for label in labels:
-            after = text[label.end() :]
-            value = re.match(r"[^\S\n]*[:\-]?[^\S\n]*(?:[A-Z]{1,3}\$?|\$)?\s*", after)
-            rest = after[value.end() if value else 0 :]
-            if rule.amount.match(rest):
+            if value.search(text, label.end(), label.end() + rule.within):
                 return []
         if labels:
             last = labels[-1]

@@ -60,6 +60,7 @@ def test_date(rules: dict) -> None:
 def test_total_field(rules: dict) -> None:
     assert failing(rules["total"], "ITEM 1.00\nTOTAL: RM 60.30") == []
     assert failing(rules["total"], "ITEM 1.00\nTotal\n60.30") == []  # the value on the next line
+    assert failing(rules["total"], "TOTAL\nCASH\nCHANGE\n" + "x" * 40 + "\n60.30") != []
     assert failing(rules["total"], "ITEM 1.00\nSUB TOTAL 1,060.30") == []
     [(offset, shown)] = failing(rules["total"], "ITEM 1.00\nTOTAL 60,3O")
     assert offset == len("ITEM 1.00\n") and shown.startswith("TOTAL 60,3O")
