@@ -81,4 +81,51 @@ def register(app: typer.Typer) -> None:
     app.add_typer(export_app, name="export")
 
 
-_ = Path  # used by the export commands' annotations
+def _export(kind: str, out: Path, eval_fraction: float, tenant: str | None, **options: str) -> None:
+    from ocrfleet.cli import _ensure_schema
+    from ocrfleet.config import get_settings
+    from ocrfleet.db.session import session_scope
+    from ocrfleet.review.exports import eval_path, export_jev, export_ocr_sft
+    from ocrfleet.review.reviewed import reviewed_regions
+
+    if not 0.0 <= eval_fraction < 1.0:
+        raise _fail("--eval-fraction must be in [0, 1)")
+    settings = get_settings()
+    _ensure_schema(settings.database_url)
+    with session_scope(settings.database_url) as session:
+        regions = reviewed_regions(session, tenant=tenant)
+    if kind == "jev":
+        summary = export_jev(regions, out, settings, eval_fraction=eval_fraction)
+    else:
+        summary = export_ocr_sft(regions, out, settings, eval_fraction=eval_fraction, **options)
+    console.print(
+        f"{summary.train} train rows ({summary.pages_train} pages) in {out}, "
+        f"{summary.eval} eval rows ({summary.pages_eval} pages) in {eval_path(out)}; "
+        f"{summary.skipped} skipped"
+    )
+
+
+EVAL_HELP = "share of pages (by hash) that go to OUT.eval.jsonl"
+
+
+@export_app.command("ocr-sft")
+def export_ocr_sft_command(
+    out: Annotated[Path, typer.Argument(help="train rows here; eval rows in OUT.eval.jsonl")],
+    eval_fraction: Annotated[float, typer.Option(help=EVAL_HELP)] = 0.1,
+    variant: Annotated[str, typer.Option(help="llamafactory or ms-swift")] = "llamafactory",
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's documents")] = None,
+) -> None:
+    """Reviewed regions as MiniCPM-OCR fine-tuning rows (crop + final text)."""
+    if variant not in ("llamafactory", "ms-swift"):
+        raise _fail("--variant must be llamafactory or ms-swift")
+    _export("ocr-sft", out, eval_fraction, tenant, variant=variant)
+
+
+@export_app.command("jev")
+def export_jev_command(
+    out: Annotated[Path, typer.Argument(help="train rows here; eval rows in OUT.eval.jsonl")],
+    eval_fraction: Annotated[float, typer.Option(help=EVAL_HELP)] = 0.1,
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's documents")] = None,
+) -> None:
+    """Reviewed candidates as Jev rows ([crop, rendered], prompt, label)."""
+    _export("jev", out, eval_fraction, tenant)
