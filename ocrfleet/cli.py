@@ -88,7 +88,7 @@ def run(
     with ctx.session() as session:
         rows = document_summaries(session, [o.document_id for o in outcomes])
     _print_summary(rows, [str(p) for p in inputs], as_json)
-    if any(row.status not in ("done",) for row in rows):
+    if any(row.status not in ("done", "reviewed") for row in rows):
         raise typer.Exit(1)
 
 
@@ -149,32 +149,93 @@ def results(
 
 @app.command()
 def thresholds(
-    dataset: Annotated[Path, typer.Argument(help="labelled JSONL: crop, text, category, label")],
+    dataset: Annotated[
+        Path | None, typer.Argument(help="labelled JSONL: crop, text, category, label")
+    ] = None,
     plot: Annotated[Path | None, typer.Option(help="also write a PNG plot here")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    from_reviews: Annotated[
+        bool, typer.Option("--from-reviews", help="label with the reviewers' decisions instead")
+    ] = False,
+    category: Annotated[str | None, typer.Option(help="with --from-reviews: one category")] = None,
+    precision: Annotated[
+        float, typer.Option(help="with --from-reviews: the target precision of a proposal")
+    ] = 0.99,
 ) -> None:
     """Auto-accept rate against precision of accepted text, per threshold."""
     from ocrfleet.thresholds import plot as plot_rows
     from ocrfleet.thresholds import run_thresholds
 
-    if not dataset.is_file():
+    if from_reviews:
+        if dataset is not None:
+            raise _usage_error("give a DATASET or --from-reviews, not both")
+        _thresholds_from_reviews(category, precision, as_json)
+        return
+    if dataset is None or not dataset.is_file():
         raise _usage_error(f"no such dataset: {dataset}")
     rows = run_thresholds(dataset, get_settings())
     if as_json:
         sys.stdout.write(json.dumps([row._asdict() for row in rows], indent=2) + "\n")
     else:
-        table = Table(title=f"thresholds for {dataset.name}")
-        for column in ("threshold", "accept rate", "precision", "accepted"):
-            table.add_column(column, justify="right")
-        for row in rows:
-            precision = "" if row.precision is None else f"{row.precision:.3f}"
-            table.add_row(
-                f"{row.threshold:.2f}", f"{row.accept_rate:.3f}", precision, str(row.n_accepted)
-            )
-        Console().print(table)
+        Console().print(_threshold_table(f"thresholds for {dataset.name}", rows))
     if plot is not None:
         plot_rows(rows, plot)
         console.print(f"plot written to {plot}")
+
+
+def _threshold_table(title: str, rows: list) -> Table:
+    table = Table(title=title)
+    for column in ("threshold", "accept rate", "precision", "accepted"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        precision = "" if row.precision is None else f"{row.precision:.3f}"
+        table.add_row(
+            f"{row.threshold:.2f}", f"{row.accept_rate:.3f}", precision, str(row.n_accepted)
+        )
+    return table
+
+
+def _thresholds_from_reviews(category: str | None, target: float, as_json: bool) -> None:
+    from ocrfleet.db.session import session_scope
+    from ocrfleet.review.calibrate import propose
+    from ocrfleet.review.reviewed import reviewed_regions
+
+    if category is not None and category not in ("text", "formula", "table"):
+        raise _usage_error(f"--category must be text, formula or table, not {category!r}")
+    if not 0.0 < target <= 1.0:
+        raise _usage_error("--precision must be in (0, 1]")
+    settings = get_settings()
+    _ensure_schema(settings.database_url)
+    with session_scope(settings.database_url) as session:
+        proposals = propose(reviewed_regions(session, category=category), target)
+    if not proposals:
+        raise _usage_error("no reviewed regions yet: work the review queue first")
+    if as_json:
+        payload = [
+            {
+                "category": p.category,
+                "regions": p.regions,
+                "correct": p.correct,
+                "target_precision": p.target,
+                "proposed": None if p.proposed is None else p.proposed._asdict(),
+                "rows": [row._asdict() for row in p.rows],
+            }
+            for p in proposals
+        ]
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    for p in proposals:
+        title = f"{p.category}: {p.regions} reviewed regions, {p.correct} read right"
+        Console().print(_threshold_table(title, p.rows))
+        if p.proposed is None:
+            console.print(f"{p.category}: no threshold reaches precision {p.target}")
+        else:
+            console.print(
+                f"{p.category}: proposed threshold {p.proposed.threshold:.4f} "
+                f"(accept rate {p.proposed.accept_rate:.3f}, precision "
+                f"{p.proposed.precision:.3f} at target {p.target}); "
+                f"set OCRFLEET_THRESHOLD_{p.category.upper()}"
+            )
 
 
 @db_app.command("upgrade")
@@ -214,6 +275,11 @@ _register_repro(app)
 from ocrfleet.ops_cli import register as _register_ops_commands  # noqa: E402
 
 _register_ops_commands(app)
+
+# Back-office commands (`review`, `users`, `export`) live in ocrfleet/review/cli.py.
+from ocrfleet.review.cli import register as _register_review_commands  # noqa: E402
+
+_register_review_commands(app)
 
 
 def main() -> None:

@@ -40,6 +40,7 @@ TERMINAL = frozenset(
         ir.DocumentStatus.partial,
         ir.DocumentStatus.rejected,
         ir.DocumentStatus.failed,
+        ir.DocumentStatus.reviewed,
     }
 )
 INTAKE_PREFIX = "intake"

@@ -140,6 +140,17 @@ class Settings(BaseSettings):
     )
     flower_db: Path = Field(Path("./flower.db"), description="Flower's persistent state")
     worker_health_port: int = Field(0, ge=0, description="/healthz /readyz base port; 0: none")
+    # Review: the back-office web app (`ocrfleet review`) and the business rules that send
+    # regions to it. The rules file's hash enters run_id.
+    rules_path: Path | None = None
+    review_secret: str | None = Field(
+        None, min_length=32, description="signs session cookies; required by `ocrfleet review`"
+    )
+    review_https_only: bool = False  # set behind TLS: cookies get the Secure flag
+    review_claim_seconds: int = Field(600, ge=10, description="a claim on a flag lapses after")
+    review_session_hours: int = Field(12, ge=1)
+    review_login_attempts: int = Field(5, ge=1, description="failed logins per window, then 429")
+    review_login_window_seconds: int = Field(300, ge=1)
 
     @field_validator("engines", mode="before")
     @classmethod

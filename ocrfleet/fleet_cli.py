@@ -115,7 +115,7 @@ def submit(
     else:
         for path, doc_id in zip(paths, ids, strict=True):
             typer.echo(f"{doc_id}\t{path}")
-    if states and any(s.status.value != "done" for s in states):
+    if states and any(s.status.value not in ("done", "reviewed") for s in states):
         raise typer.Exit(1)
 
 

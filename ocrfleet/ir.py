@@ -3,6 +3,7 @@ recognise, score and review. Stages take and return these, never loose dicts."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -48,6 +49,14 @@ class DocumentStatus(StrEnum):
     partial = "partial"
     rejected = "rejected"
     failed = "failed"
+    reviewed = "reviewed"  # done, and every review flag on it closed by a person
+
+
+class ReviewAction(StrEnum):
+    accept = "accept"  # a candidate is right as it is
+    correct = "correct"  # the reviewer typed the text
+    unreadable = "unreadable"  # nobody can read it: the final text is empty
+    skip = "skip"  # not now; the flag stays open
 
 
 class PageStatus(StrEnum):
@@ -162,11 +171,40 @@ class Decision(_Model):
         return self
 
 
+class Review(_Model):
+    """A person's last word on one region (never a skip): its final text and who gave it."""
+
+    region_number: int = Field(ge=1)
+    action: ReviewAction
+    engine: str | None = None  # the candidate accepted, for `accept`
+    text: str
+    reviewer: str
+    reviewed_at: datetime
+
+
 class PageResult(_Model):
-    """Everything one page produces; persisted in one transaction."""
+    """Everything one page produces; persisted in one transaction. `reviews` come only
+    from the database: what reviewers decided after the page was processed."""
 
     page_number: int = Field(ge=1)
     regions: list[Region]
     candidates: list[Candidate]
     scores: list[Score] = []
     decisions: list[Decision] = []
+    reviews: list[Review] = []
+
+    def region_text(self, region_number: int) -> str:
+        """The region's final text, as the SQL views give it: the review's, else the
+        chosen candidate's, else the first candidate by engine name, readings first."""
+        for review in self.reviews:
+            if review.region_number == region_number:
+                return review.text
+        own = [c for c in self.candidates if c.region_number == region_number]
+        chosen = next(
+            (d.chosen_engine for d in self.decisions if d.region_number == region_number), None
+        )
+        for candidate in own:
+            if candidate.engine == chosen:
+                return candidate.text
+        own.sort(key=lambda c: (c.error is not None, c.engine))
+        return own[0].text if own else ""

@@ -27,7 +27,7 @@ def run_config(settings: Settings) -> dict[str, Any]:
     from ocrfleet.engines import describe_engines
     from ocrfleet.scorers import describe_scorer
 
-    return {
+    config = {
         "schema": RUN_SCHEMA,
         "dpi": settings.dpi,
         "rec_batch_size": settings.rec_batch_size,
@@ -36,6 +36,11 @@ def run_config(settings: Settings) -> dict[str, Any]:
         "scorer": describe_scorer(settings),
         "thresholds": {c: settings.threshold(c) for c in ("text", "formula", "table")},
     }
+    if settings.rules_path is not None:  # only when set: runs without rules keep their ids
+        from ocrfleet.pipeline.rules import rules_sha256
+
+        config["rules"] = rules_sha256(settings.rules_path)
+    return config
 
 
 def run_id_of(config: dict[str, Any]) -> str:

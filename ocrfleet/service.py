@@ -20,9 +20,11 @@ from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.db.persist import save_page_result
+from ocrfleet.db.rule_flags import flag_document, flag_page
 from ocrfleet.db.session import session_scope
 from ocrfleet.db.upsert import upsert
 from ocrfleet.pipeline.images import encode_png, load_image
+from ocrfleet.pipeline.rules import RuleSet, load_rules
 from ocrfleet.pipeline.split import InputRejected, iter_pages, open_document
 from ocrfleet.runs import canonical_json, ensure_run, run_config
 from ocrfleet.storage import ObjectStore, open_store, read_uri
@@ -43,6 +45,11 @@ class Context:
     @cached_property
     def toolkit(self) -> Toolkit:
         return get_toolkit(self.settings)
+
+    @cached_property
+    def rules(self) -> RuleSet | None:
+        path = self.settings.rules_path
+        return None if path is None else load_rules(path)
 
     @cached_property
     def run_config(self) -> dict[str, Any]:
@@ -204,7 +211,9 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
 
     with ctx.session() as session:
         save_page_result(session, page_id, result)
-        _finish_page(
+        if ctx.rules is not None:
+            flag_page(session, page_id, result, ctx.rules)
+        finished = _finish_page(
             session,
             page_id,
             ir.PageStatus.done,
@@ -212,13 +221,16 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
             output_sha256=output_sha256(result),
             params=page_params(ctx, image),
         )
+        if finished is not None and ctx.rules is not None:
+            flag_document(session, finished, ctx.rules)
     return ir.PageStatus.done
 
 
 def output_sha256(result: ir.PageResult) -> str:
     """The hash of a page's output: the canonical JSON of its regions and texts (and their
     scores and decisions), what `ocrfleet repro` compares across runs."""
-    return hashlib.sha256(canonical_json(result.model_dump(mode="json")).encode()).hexdigest()
+    output = result.model_dump(mode="json", exclude={"reviews"})  # the engines' output only
+    return hashlib.sha256(canonical_json(output).encode()).hexdigest()
 
 
 def page_params(ctx: Context, image: Any) -> dict[str, Any]:
@@ -229,13 +241,16 @@ def page_params(ctx: Context, image: Any) -> dict[str, Any]:
 def fail_page(ctx: Context, page_id: int, reason: str) -> None:
     """Terminal failure of one page; its document finishes as `partial`."""
     with ctx.session() as session:
-        _finish_page(session, page_id, ir.PageStatus.failed, reason=reason)
+        finished = _finish_page(session, page_id, ir.PageStatus.failed, reason=reason)
+        if finished is not None and ctx.rules is not None:
+            flag_document(session, finished, ctx.rules)
 
 
 def _finish_page(
     session: Session, page_id: int, status: ir.PageStatus, **values: Any
-) -> None:
-    """Mark a pending page finished and count it on its document, atomically.
+) -> int | None:
+    """Mark a pending page finished and count it on its document, atomically; returns the
+    document's id when this page was its last (for the document rules), else None.
 
     The conditional update makes a redelivered page count once; the document's counters
     and status move in one UPDATE so the last page to finish, whichever worker ran it,
@@ -247,11 +262,11 @@ def _finish_page(
         .returning(models.Page.document_id)
     )
     if doc_id is None:
-        return
+        return None
     doc = models.Document
     done = doc.pages_done + (1 if status == ir.PageStatus.done else 0)
     failed = doc.pages_failed + (1 if status == ir.PageStatus.failed else 0)
-    session.execute(
+    new_status = session.scalar(
         update(doc)
         .where(doc.id == doc_id)
         .values(
@@ -263,7 +278,10 @@ def _finish_page(
                 else_=ir.DocumentStatus.done.value,
             ),
         )
+        .returning(doc.status)
     )
+    finished = (ir.DocumentStatus.done.value, ir.DocumentStatus.partial.value)
+    return doc_id if new_status in finished else None
 
 
 def record_delivery(ctx: Context, page_id: int) -> int:

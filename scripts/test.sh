@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/services.sh
+# The review app's browser tests drive Debian's chromium (Playwright's own browsers are
+# never downloaded).
+if [ ! -x /usr/bin/chromium ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+fi
 EXTRAS=dev,models,tesseract bash scripts/bootstrap.sh
 export OMP_THREAD_LIMIT=1
 .venv/bin/ruff check ocrfleet tests bench migrations

@@ -60,7 +60,7 @@ class Document(Base):
     __table_args__ = (
         UniqueConstraint("sha256", "run_id"),
         CheckConstraint(
-            "status in ('pending','processing','done','partial','rejected','failed')",
+            "status in ('pending','processing','done','partial','rejected','failed','reviewed')",
             name="status",
         ),
     )
@@ -161,11 +161,13 @@ class Score(Base):
 
 
 class ReviewFlag(Base):
-    """A region the policy would not accept; back-office staff work these."""
+    """A region the policy would not accept, or whose text broke a business rule
+    (`rule:<name>`, with the offending text in `detail`); back-office staff work these.
+    One flag per region and reason, so a region can carry the policy's and a rule's."""
 
     __tablename__ = "review_flags"
     __table_args__ = (
-        UniqueConstraint("region_id"),
+        UniqueConstraint("region_id", "reason"),
         CheckConstraint("status in ('open','resolved')", name="status"),
     )
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
@@ -191,3 +193,45 @@ class ScalingDecision(Base):
     applied: Mapped[bool]
     reason: Mapped[str] = mapped_column(Text)
     inputs: Mapped[dict[str, Any]]
+    detail: Mapped[str | None] = mapped_column(Text)
+    # A reviewer's claim, so two people do not work one region; it lapses by itself.
+    claimed_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class User(Base):
+    """A back-office account. `tenant` set: sees only documents whose meta tenant is it."""
+
+    __tablename__ = "users"
+    __table_args__ = (
+        UniqueConstraint("name"),
+        CheckConstraint("role in ('reviewer','admin')", name="role"),
+    )
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100))
+    password_hash: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(String(16))
+    tenant: Mapped[str | None] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Review(Base):
+    """One reviewer action on a region. Rows are only added: the region's final text is
+    its latest non-skip review's, and the engine candidates stay as they were."""
+
+    __tablename__ = "reviews"
+    __table_args__ = (
+        CheckConstraint("action in ('accept','correct','unreadable','skip')", name="action"),
+    )
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    region_id: Mapped[int] = mapped_column(
+        ForeignKey("regions.id", ondelete="CASCADE"), index=True
+    )
+    flag_id: Mapped[int | None] = mapped_column(
+        ForeignKey("review_flags.id", ondelete="SET NULL")
+    )
+    reviewer_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    action: Mapped[str] = mapped_column(String(16))
+    engine: Mapped[str | None] = mapped_column(String(32))  # the candidate accepted
+    final_text: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

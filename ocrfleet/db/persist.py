@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from ocrfleet import ir
-from ocrfleet.db.models import Candidate, Page, Region, ReviewFlag, Score
+from ocrfleet.db.models import Candidate, Page, Region, Review, ReviewFlag, Score, User
 from ocrfleet.db.upsert import upsert_many
 
 
@@ -83,6 +83,7 @@ def _delete_stale(session: Session, page_id: int, result: ir.PageResult) -> None
     if stale_candidates:
         session.execute(delete(Candidate).where(Candidate.id.in_(stale_candidates)))
     if stale_regions:
+        session.execute(delete(Review).where(Review.region_id.in_(stale_regions)))
         session.execute(delete(ReviewFlag).where(ReviewFlag.region_id.in_(stale_regions)))
         session.execute(delete(Region).where(Region.id.in_(stale_regions)))
 
@@ -91,8 +92,9 @@ def save_page_result(session: Session, page_id: int, result: ir.PageResult) -> N
     """Write everything one page produced; idempotent, so a redelivered page is harmless.
 
     Leaves the page row itself alone: marking it done is the caller's part of the same
-    transaction. Open review flags exist afterwards exactly for the rejected regions; a
-    resolved flag (staff work) is never deleted while its region exists.
+    transaction. Open review flags exist afterwards exactly for the rejected regions (rule
+    flags are the caller's to add again, in the same transaction); a resolved flag (staff
+    work) is never deleted while its region exists.
     """
     _check_result(result)
     number = _page_number(session, page_id)
@@ -174,22 +176,27 @@ def save_page_result(session: Session, page_id: int, result: ir.PageResult) -> N
     )
 
     flagged = {
-        region_ids[d.region_number]: d.flag_reason
+        (region_ids[d.region_number], d.flag_reason)
         for d in result.decisions
         if not d.accepted and d.flag_reason is not None
     }
+    stale_flags = [
+        flag_id
+        for flag_id, region_id, reason in session.execute(
+            select(ReviewFlag.id, ReviewFlag.region_id, ReviewFlag.reason).where(
+                ReviewFlag.region_id.in_(region_ids.values()), ReviewFlag.status == "open"
+            )
+        ).all()
+        if (region_id, reason) not in flagged
+    ]
+    if stale_flags:
+        session.execute(delete(ReviewFlag).where(ReviewFlag.id.in_(stale_flags)))
     upsert_many(
         session,
         ReviewFlag,
-        [{"region_id": region_id, "reason": reason} for region_id, reason in flagged.items()],
-        key=["region_id"],
-        update=["reason"],
-    )
-    session.execute(
-        delete(ReviewFlag).where(
-            ReviewFlag.region_id.in_(set(region_ids.values()) - set(flagged)),
-            ReviewFlag.status == "open",
-        )
+        [{"region_id": region_id, "reason": reason} for region_id, reason in sorted(flagged)],
+        key=["region_id", "reason"],
+        update=[],
     )
 
 
@@ -249,13 +256,32 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
         .where(Region.page_id == page_id)
         .order_by(Score.id)
     ).all()
+    # The policy's flag of each region; rule flags (`rule:<name>`) are not decisions.
     reasons = dict(
         session.execute(
             select(ReviewFlag.region_id, ReviewFlag.reason)
             .join(Region, Region.id == ReviewFlag.region_id)
-            .where(Region.page_id == page_id)
+            .where(Region.page_id == page_id, ReviewFlag.reason.not_like("rule:%"))
         ).all()
     )
+    # Each region's latest review that decided something (later rows win in the dict).
+    latest = {
+        row.number: row
+        for row in session.execute(
+            select(
+                Region.number,
+                Review.action,
+                Review.engine,
+                Review.final_text,
+                User.name,
+                Review.created_at,
+            )
+            .join(Region, Region.id == Review.region_id)
+            .join(User, User.id == Review.reviewer_id)
+            .where(Region.page_id == page_id, Review.action != "skip")
+            .order_by(Review.id)
+        ).all()
+    }
 
     decisions: list[ir.Decision] = []
     for region in regions:
@@ -312,4 +338,15 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
             for s in scores
         ],
         decisions=decisions,
+        reviews=[
+            ir.Review(
+                region_number=number,
+                action=ir.ReviewAction(row.action),
+                engine=row.engine,
+                text=row.final_text or "",
+                reviewer=row.name,
+                reviewed_at=row.created_at,
+            )
+            for number, row in sorted(latest.items())
+        ],
     )

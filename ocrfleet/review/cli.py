@@ -1,0 +1,131 @@
+"""Back-office commands: `ocrfleet review` (the web app), `ocrfleet users add`, and
+`ocrfleet export ocr-sft|jev` (reviewed regions as training rows).
+
+`register(app)` adds them to the main typer app (ocrfleet/cli.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+users_app = typer.Typer(no_args_is_help=True, help="Back-office accounts.")
+export_app = typer.Typer(no_args_is_help=True, help="Reviewed regions as training data.")
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(2)
+
+
+def review(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+) -> None:
+    """Serve the review web app over OCRFLEET_DATABASE_URL and OCRFLEET_STORE_URL."""
+    import uvicorn
+
+    from ocrfleet.cli import _ensure_schema
+    from ocrfleet.config import get_settings
+    from ocrfleet.review.app import ConfigurationError, create_app
+
+    settings = get_settings()
+    try:
+        app = create_app(settings)
+    except ConfigurationError as error:
+        raise _fail(str(error)) from None
+    _ensure_schema(settings.database_url)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@users_app.command("add")
+def users_add(
+    name: Annotated[str, typer.Argument(help="login name")],
+    role: Annotated[str, typer.Option(help="reviewer or admin")] = "reviewer",
+    tenant: Annotated[
+        str | None, typer.Option(help="see only documents whose metadata tenant is this")
+    ] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="read the password from standard input")
+    ] = False,
+) -> None:
+    """Create an account (the password is asked for, or read from stdin)."""
+    from ocrfleet.cli import _ensure_schema
+    from ocrfleet.config import get_settings
+    from ocrfleet.db.session import session_scope
+    from ocrfleet.review.users import add_user
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
+    settings = get_settings()
+    _ensure_schema(settings.database_url)
+    try:
+        with session_scope(settings.database_url) as session:
+            account = add_user(session, name, password, role, tenant)
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    scope = f"tenant {account.tenant}" if account.tenant else "every tenant"
+    console.print(f"user {account.name} ({account.role}, {scope}) added")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `review`, `users` and `export` to the main CLI."""
+    app.command("review")(review)
+    app.add_typer(users_app, name="users")
+    app.add_typer(export_app, name="export")
+
+
+def _export(kind: str, out: Path, eval_fraction: float, tenant: str | None, **options: str) -> None:
+    from ocrfleet.cli import _ensure_schema
+    from ocrfleet.config import get_settings
+    from ocrfleet.db.session import session_scope
+    from ocrfleet.review.exports import eval_path, export_jev, export_ocr_sft
+    from ocrfleet.review.reviewed import reviewed_regions
+
+    if not 0.0 <= eval_fraction < 1.0:
+        raise _fail("--eval-fraction must be in [0, 1)")
+    settings = get_settings()
+    _ensure_schema(settings.database_url)
+    with session_scope(settings.database_url) as session:
+        regions = reviewed_regions(session, tenant=tenant)
+    if kind == "jev":
+        summary = export_jev(regions, out, settings, eval_fraction=eval_fraction)
+    else:
+        summary = export_ocr_sft(regions, out, settings, eval_fraction=eval_fraction, **options)
+    console.print(
+        f"{summary.train} train rows ({summary.pages_train} pages) in {out}, "
+        f"{summary.eval} eval rows ({summary.pages_eval} pages) in {eval_path(out)}; "
+        f"{summary.skipped} skipped"
+    )
+
+
+EVAL_HELP = "share of pages (by hash) that go to OUT.eval.jsonl"
+
+
+@export_app.command("ocr-sft")
+def export_ocr_sft_command(
+    out: Annotated[Path, typer.Argument(help="train rows here; eval rows in OUT.eval.jsonl")],
+    eval_fraction: Annotated[float, typer.Option(help=EVAL_HELP)] = 0.1,
+    variant: Annotated[str, typer.Option(help="llamafactory or ms-swift")] = "llamafactory",
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's documents")] = None,
+) -> None:
+    """Reviewed regions as MiniCPM-OCR fine-tuning rows (crop + final text)."""
+    if variant not in ("llamafactory", "ms-swift"):
+        raise _fail("--variant must be llamafactory or ms-swift")
+    _export("ocr-sft", out, eval_fraction, tenant, variant=variant)
+
+
+@export_app.command("jev")
+def export_jev_command(
+    out: Annotated[Path, typer.Argument(help="train rows here; eval rows in OUT.eval.jsonl")],
+    eval_fraction: Annotated[float, typer.Option(help=EVAL_HELP)] = 0.1,
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's documents")] = None,
+) -> None:
+    """Reviewed candidates as Jev rows ([crop, rendered], prompt, label)."""
+    _export("jev", out, eval_fraction, tenant)

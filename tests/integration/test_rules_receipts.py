@@ -1,0 +1,77 @@
+"""Business rules on real receipts (SROIE scans beside the checkout), through the real
+pipeline: a date rule and a total-amount rule; one receipt passes both, the other breaks
+the date rule and is flagged `rule:date` with the offending text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from ocrfleet.config import Settings
+from ocrfleet.db.migrate import upgrade
+from ocrfleet.db.models import Document, Page, Region, ReviewFlag
+from ocrfleet.db.session import dispose_engines, session_scope
+from ocrfleet.service import Context, ingest, process_page
+from tests.conftest import REALDOCS
+
+pytestmark = pytest.mark.integration
+
+SROIE = REALDOCS.parent / "train" / "sroie"
+RULES = """
+# Dates as the business writes them, and a total followed by an amount.
+[rules.date]
+on = "document"
+check = "date"
+find = '\\b(\\d{1,2}[/-]\\d{1,2}[/-]\\d{2,4})\\b'
+formats = ["%d/%m/%Y", "%d-%m-%Y"]
+required = true
+
+[rules.total]
+on = "document"
+check = "field"
+label = '(?i)\\btotal\\b'
+within = 120
+"""
+
+
+def rule_flags(url: str, document_id: int) -> dict[str, str]:
+    with session_scope(url) as session:
+        return dict(
+            session.execute(
+                select(ReviewFlag.reason, ReviewFlag.detail)
+                .join(Region, Region.id == ReviewFlag.region_id)
+                .join(Page, Page.id == Region.page_id)
+                .where(Page.document_id == document_id, ReviewFlag.reason.like("rule:%"))
+            ).all()
+        )
+
+
+def test_date_and_total_rules_on_real_receipts(tmp_path: Path, sqlite_url: str) -> None:
+    receipts = [SROIE / "images" / "001.jpg", SROIE / "images" / "004.jpg"]
+    if not all(path.is_file() for path in receipts):
+        pytest.skip(f"the SROIE receipts are not at {SROIE} (set OCRFLEET_REALDOCS)")
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES)
+    upgrade(sqlite_url)
+    ctx = Context(
+        Settings(database_url=sqlite_url, store_url=f"file://{tmp_path / 'store'}",
+                 rules_path=rules)
+    )  # fmt: skip
+    assert ctx.run_config["rules"] == ctx.rules.sha256
+    ids = []
+    for path in receipts:
+        outcome = ingest(ctx, str(path))
+        for page_id in outcome.page_ids:
+            process_page(ctx, page_id)
+        ids.append(outcome.document_id)
+    passing, failing = ids
+
+    # 001.jpg: "19/10/2018" parses and "TOTAL AMT" is followed by amounts.
+    assert rule_flags(sqlite_url, passing) == {}
+    # 004.jpg prints "18-11-18": two-digit years are not a format the business accepts.
+    assert rule_flags(sqlite_url, failing) == {"rule:date": "18-11-18"}
+    with session_scope(sqlite_url) as session:
+        assert session.get(Document, failing).status == "done"
+    dispose_engines()
