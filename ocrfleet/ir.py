@@ -28,6 +28,7 @@ class DocumentStatus(StrEnum):
     partial = "partial"
     rejected = "rejected"
     failed = "failed"
+    cancelled = "cancelled"
 
 
 class PageStatus(StrEnum):
@@ -88,6 +89,18 @@ class Region(_Model):
     det_score: float | None = None
 
 
+class Word(_Model):
+    """One word of a candidate, in page pixels. `line` is its 0-based line within the
+    candidate's text; `approximate` marks a box placed by proportional width because the
+    engine gave none."""
+
+    text: str
+    bbox: BBox
+    confidence: float | None = None
+    line: int = Field(0, ge=0)
+    approximate: bool = False
+
+
 class Candidate(_Model):
     """One engine's reading of one region. `error` set means the engine failed on it."""
 
@@ -96,6 +109,7 @@ class Candidate(_Model):
     text: str = ""
     confidence: float | None = None
     error: str | None = None
+    words: list[Word] = []
 
 
 class Score(_Model):

@@ -137,6 +137,7 @@ def save_page_result(session: Session, page_id: int, result: ir.PageResult) -> N
                 "text": c.text,
                 "confidence": c.confidence,
                 "error": c.error,
+                "words": [w.model_dump(mode="json") for w in c.words] if c.words else None,
             }
             for c in result.candidates
         ],
@@ -219,6 +220,7 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
             Candidate.text,
             Candidate.confidence,
             Candidate.error,
+            Candidate.words,
         )
         .join(Region, Region.id == Candidate.region_id)
         .where(Region.page_id == page_id)
@@ -281,6 +283,7 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
                 text=c.text,
                 confidence=c.confidence,
                 error=c.error,
+                words=[ir.Word.model_validate(w) for w in c.words or ()],
             )
             for c in candidates
         ],

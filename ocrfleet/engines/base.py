@@ -25,3 +25,13 @@ class Recogniser(Protocol):
     def recognise(self, crops: list[Image.Image]) -> list[tuple[str, float | None]]:
         """(text, confidence in [0, 1] or None) per crop, in order, batched internally."""
         ...
+
+
+class WordRecogniser(Recogniser, Protocol):
+    """A recogniser that also locates words; the recognise stage prefers this method."""
+
+    def recognise_words(
+        self, crops: list[Image.Image]
+    ) -> list[tuple[str, float | None, list[ir.Word]]]:
+        """As `recognise`, plus each crop's words in crop pixels."""
+        ...

@@ -16,13 +16,16 @@ from PIL import Image
 from ocrfleet import ir
 from ocrfleet.engines.base import Recogniser
 from ocrfleet.pipeline.regions import crop
+from ocrfleet.pipeline.words import approximate, to_page
 
 log = logging.getLogger(__name__)
 
 _MAX_ERROR_CHARS = 500
 
-# (text, confidence) for a crop that was read, or the error message for one that was not.
-_Reading = tuple[str, float | None] | str
+# (text, confidence, words in crop pixels or None) for a crop that was read, or the error
+# message for one that was not.
+_Read = tuple[str, float | None, list[ir.Word] | None]
+_Reading = _Read | str
 
 
 def recognise(
@@ -48,13 +51,16 @@ def recognise(
                     ir.Candidate(region_number=region.number, engine=rec.name, error=reading)
                 )
             else:
-                text, confidence = reading
+                text, confidence, words = reading
                 candidates.append(
                     ir.Candidate(
                         region_number=region.number,
                         engine=rec.name,
                         text=text,
                         confidence=confidence,
+                        words=approximate(text, region.bbox, confidence)
+                        if words is None
+                        else to_page(words, region.bbox),
                     )
                 )
     return candidates
@@ -81,17 +87,22 @@ def _read_all(rec: Recogniser, crops: list[Image.Image], batch_size: int) -> lis
     return readings
 
 
-def _checked(rec: Recogniser, batch: list[Image.Image]) -> list[tuple[str, float | None]]:
-    """The engine's readings of `batch`, after checking they honour the Recogniser contract."""
-    out = list(rec.recognise(batch))
+def _checked(rec: Recogniser, batch: list[Image.Image]) -> list[_Read]:
+    """The engine's readings of `batch`, after checking they honour the Recogniser contract.
+    An engine with `recognise_words` gives word boxes too; for others they are None."""
+    read_words = getattr(rec, "recognise_words", None)
+    out = list(read_words(batch) if read_words is not None else rec.recognise(batch))
     if len(out) != len(batch):
         raise RuntimeError(f"{rec.name} returned {len(out)} readings for {len(batch)} crops")
-    for text, confidence in out:
+    readings: list[_Read] = []
+    for text, confidence, *rest in out:
         if not isinstance(text, str):
             raise TypeError(f"{rec.name} returned text of type {type(text).__name__}")
         if confidence is not None and not (math.isfinite(confidence) and 0.0 <= confidence <= 1.0):
             raise ValueError(f"{rec.name} returned confidence {confidence!r} outside [0, 1]")
-    return [(text, None if confidence is None else float(confidence)) for text, confidence in out]
+        words = rest[0] if rest else None
+        readings.append((text, None if confidence is None else float(confidence), words))
+    return readings
 
 
 def _describe(exc: BaseException) -> str:
