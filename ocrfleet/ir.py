@@ -153,3 +153,16 @@ class PageResult(_Model):
     candidates: list[Candidate]
     scores: list[Score] = []
     decisions: list[Decision] = []
+
+    def region_text(self, region_number: int) -> str:
+        """The region's final text, as the SQL views give it: the chosen candidate's, else
+        the first candidate by engine name, readings first."""
+        own = [c for c in self.candidates if c.region_number == region_number]
+        chosen = next(
+            (d.chosen_engine for d in self.decisions if d.region_number == region_number), None
+        )
+        for candidate in own:
+            if candidate.engine == chosen:
+                return candidate.text
+        own.sort(key=lambda c: (c.error is not None, c.engine))
+        return own[0].text if own else ""

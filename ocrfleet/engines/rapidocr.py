@@ -284,11 +284,16 @@ def _word_boxes(text: str, info: Any, width: int, height: int) -> list[ir.Word]:
     # rapidocr's confidences are per decoded character, spaces included; words skip spaces.
     confs = list(info.confs or [])
     char_confs = [confs[i] for i, char in enumerate(text) if not char.isspace() and i < len(confs)]
+    spans = [(min(p[0] for p in box), max(p[0] for p in box)) for box in boxes]
+    for i in range(len(spans) - 1):  # neighbours that overlap meet halfway, as rapidocr's
+        (a0, a1), (b0, b1) = spans[i], spans[i + 1]
+        if a1 > b0:
+            middle = (a1 + b0) / 2
+            spans[i], spans[i + 1] = (a0, middle), (middle, b1)
     words, seen = [], 0
-    for word, box in zip(texts, boxes, strict=True):
-        xs = [point[0] for point in box]
-        x0 = int(min(max(min(xs), 0), width))
-        x1 = int(min(max(max(xs), x0), width))
+    for word, (left, right) in zip(texts, spans, strict=True):
+        x0 = int(min(max(left, 0), width))
+        x1 = int(min(max(right, x0), width))
         scores = char_confs[seen : seen + len(word)]
         seen += len(word)
         words.append(
