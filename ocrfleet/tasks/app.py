@@ -110,7 +110,11 @@ def create_app(settings: Settings) -> Celery:
     key = settings.model_dump_json()
     app = _apps.get(key)
     if app is None:
-        app = Celery("ocrfleet", include=["ocrfleet.tasks.tasks"], set_as_current=False)
+        app = Celery(
+            "ocrfleet",
+            include=["ocrfleet.tasks.tasks", "ocrfleet.tasks.webhooks"],
+            set_as_current=False,
+        )
         app.conf.update(celery_config(settings))
         app = _apps.setdefault(key, app)
     return app

@@ -18,6 +18,7 @@ PRIORITIES: tuple[str, ...] = ("high", "normal")
 
 INGEST_TASK = "ocrfleet.ingest"
 PAGE_TASK = "ocrfleet.process_page"
+WEBHOOK_TASK = "ocrfleet.webhook"
 
 # role -> (high queue, normal queue)
 ROLES: dict[str, tuple[str, str]] = {
@@ -63,4 +64,8 @@ def task_queues() -> list[Queue]:
     return [Queue(name) for pair in ROLES.values() for name in pair]
 
 
-TASK_ROUTES = {INGEST_TASK: {"queue": "ingest"}, PAGE_TASK: {"queue": "gpu"}}
+TASK_ROUTES = {
+    INGEST_TASK: {"queue": "ingest"},
+    PAGE_TASK: {"queue": "gpu"},
+    WEBHOOK_TASK: {"queue": "ingest.high"},  # CPU workers; never behind a bulk backlog
+}
