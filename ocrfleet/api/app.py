@@ -6,8 +6,8 @@ document is a 404, never a 403, so ids do not leak.
 Submissions go through `ocrfleet.client.submit`, the same code as every other producer:
 an upload is spooled by the multipart parser, then hashed and streamed to the store."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: FastAPI reads the routes' annotations, and
+# `Db` and `Tenant` are local to create_app, where postponed names would not resolve.
 import json
 import time
 from datetime import datetime
