@@ -127,24 +127,34 @@ def _short(path: str) -> str:
 @app.command()
 def results(
     doc: Annotated[str, typer.Argument(help="document id, input path or sha256")],
-    fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    fmt: Annotated[
+        str, typer.Option("--format", help="text, json, markdown, hocr, alto or pdf")
+    ] = "text",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="write here instead of stdout")
+    ] = None,
 ) -> None:
-    """Print a document's text in reading order, or its full structure."""
+    """Print (or write) a document's result in one of the output formats."""
     from ocrfleet.db.session import session_scope
-    from ocrfleet.report import document_json, document_text, resolve_document
+    from ocrfleet.formats import FORMATS, render_document
+    from ocrfleet.report import resolve_document
+    from ocrfleet.storage import open_store
 
-    if fmt not in ("text", "json"):
-        raise _usage_error(f"--format must be text or json, not {fmt!r}")
+    if fmt not in FORMATS:
+        raise _usage_error(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     settings = get_settings()
     _ensure_schema(settings.database_url)
     with session_scope(settings.database_url) as session:
         document_id = resolve_document(session, doc)
         if document_id is None:
             raise _usage_error(f"no document matches {doc!r}")
-        if fmt == "text":
-            sys.stdout.write(document_text(session, document_id) + "\n")
-        else:
-            sys.stdout.write(json.dumps(document_json(session, document_id), indent=2) + "\n")
+        store = open_store(settings) if fmt == "pdf" else None
+        data = render_document(session, document_id, fmt, store)
+    if output is not None:
+        output.write_bytes(data)
+    else:
+        sys.stdout.buffer.write(data if data.endswith(b"\n") or fmt == "pdf" else data + b"\n")
+        sys.stdout.flush()
 
 
 @app.command()
@@ -280,6 +290,10 @@ _register_ops_commands(app)
 from ocrfleet.review.cli import register as _register_review_commands  # noqa: E402
 
 _register_review_commands(app)
+
+from ocrfleet.api_cli import register as _register_api_commands  # noqa: E402
+
+_register_api_commands(app)
 
 
 def main() -> None:

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import kombu.exceptions
 import redis.exceptions
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from ocrfleet import ir
@@ -41,6 +41,7 @@ TERMINAL = frozenset(
         ir.DocumentStatus.rejected,
         ir.DocumentStatus.failed,
         ir.DocumentStatus.reviewed,
+        ir.DocumentStatus.cancelled,
     }
 )
 INTAKE_PREFIX = "intake"
@@ -165,15 +166,29 @@ def _read_source(
         raise SubmitError(f"cannot read {path}: {exc}") from exc
 
 
+def _hash_stream(stream: BinaryIO) -> tuple[str, int]:
+    """(sha256, size) of a seekable binary file from where it is; leaves it there."""
+    start, digest, size = stream.tell(), hashlib.sha256(), 0
+    for block in iter(lambda: stream.read(1 << 20), b""):
+        digest.update(block)
+        size += len(block)
+    stream.seek(start)
+    return digest.hexdigest(), size
+
+
 def submit(
-    source: str | os.PathLike[str] | bytes,
+    source: str | os.PathLike[str] | bytes | BinaryIO,
     *,
     priority: str = "normal",
     metadata: dict[str, Any] | None = None,
+    callback_url: str | None = None,
     settings: Settings | None = None,
 ) -> int:
-    """Submit a PDF or image (bytes, a path, or an s3:// / file:// URI the workers can read);
-    returns the document id. `priority="high"` is for interactive uploads."""
+    """Submit a PDF or image (bytes, a seekable binary file, a path, or an s3:// / file://
+    URI the workers can read); returns the document id. `priority="high"` is for
+    interactive uploads. `callback_url` gets a signed POST when the document finishes."""
+    from ocrfleet.webhooks import check_url
+
     settings = settings or get_settings()
     routing.check_priority(priority)
     if not settings.broker_url:
@@ -181,9 +196,17 @@ def submit(
             "OCRFLEET_BROKER_URL is not set: there is no fleet to submit to "
             "(use `ocrfleet run` to process in-process)"
         )
-    data, uri, filename = _read_source(source, settings)
-    sha256 = hashlib.sha256(data).hexdigest()
-    size = len(data)
+    if callback_url is not None:
+        if not settings.webhook_secret:
+            raise SubmitError("a callback_url needs OCRFLEET_WEBHOOK_SECRET to sign with")
+        check_url(callback_url, allow_private=settings.webhook_allow_private)
+    if hasattr(source, "read"):  # a file: hashed, then streamed to the store
+        data: bytes | BinaryIO = source  # type: ignore[assignment]
+        uri, filename = None, None
+        sha256, size = _hash_stream(source)  # type: ignore[arg-type]
+    else:
+        data, uri, filename = _read_source(source, settings)  # type: ignore[arg-type]
+        sha256, size = hashlib.sha256(data).hexdigest(), len(data)  # type: ignore[arg-type]
     meta = dict(metadata or {})
     if filename is not None:
         meta.setdefault("filename", filename)
@@ -206,6 +229,7 @@ def submit(
                 "byte_size": size,
                 "priority": priority,
                 "meta": meta or None,
+                "callback_url": callback_url,
                 "status": ir.DocumentStatus.pending.value,
             },
             key=["sha256", "run_id"],
@@ -236,6 +260,31 @@ def submit(
                 "broker is back"
             ) from exc
     return int(document_id)
+
+
+def cancel(document_id: int, *, settings: Settings | None = None) -> DocumentState:
+    """Cancel a document that is not finished: workers skip its queued pages, pages already
+    running finish, and it ends `cancelled` (its webhook, if any, is sent now). A finished
+    document is left as it is; LookupError if there is none."""
+    from ocrfleet.webhooks import notify_finished
+
+    settings = settings or get_settings()
+    doc = models.Document
+    with session_scope(settings.database_url) as session:
+        if session.get(doc, document_id) is None:
+            raise LookupError(f"no document {document_id}")
+        changed = session.scalar(
+            update(doc)
+            .where(
+                doc.id == document_id,
+                doc.status.in_([ir.DocumentStatus.pending, ir.DocumentStatus.processing]),
+            )
+            .values(status=ir.DocumentStatus.cancelled, reason="cancelled on request")
+            .returning(doc.id)
+        )
+    if changed is not None:
+        notify_finished(settings, document_id)
+    return status(document_id, settings=settings)
 
 
 def _app(settings: Settings) -> Any:

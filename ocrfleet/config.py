@@ -151,6 +151,25 @@ class Settings(BaseSettings):
     review_session_hours: int = Field(12, ge=1)
     review_login_attempts: int = Field(5, ge=1, description="failed logins per window, then 429")
     review_login_window_seconds: int = Field(300, ge=1)
+    # HTTP API and completion webhooks (`ocrfleet api`).
+    api_max_upload_bytes: int = Field(
+        256 * 1024 * 1024, ge=1, description="a larger request body gets 413"
+    )
+    api_rate_per_s: float = Field(50.0, gt=0, description="requests per second per API key")
+    api_rate_burst: int = Field(200, ge=1, description="requests a key may make at once")
+    api_public_url: str | None = Field(
+        None, description="base URL of the API, for the result links in webhooks"
+    )
+    webhook_secret: str | None = Field(
+        None, description="HMAC-SHA256 key of X-Ocrfleet-Signature; callbacks need it"
+    )
+    webhook_allow_private: bool = Field(
+        False, description="allow callback URLs on private or loopback addresses (SSRF)"
+    )
+    webhook_max_attempts: int = Field(8, ge=1)
+    webhook_backoff_s: float = Field(2.0, gt=0, description="first retry delay, doubling")
+    webhook_backoff_max_s: float = Field(600.0, gt=0)
+    webhook_timeout_s: float = Field(10.0, gt=0)
 
     @field_validator("engines", mode="before")
     @classmethod

@@ -50,6 +50,7 @@ class DocumentStatus(StrEnum):
     rejected = "rejected"
     failed = "failed"
     reviewed = "reviewed"  # done, and every review flag on it closed by a person
+    cancelled = "cancelled"
 
 
 class ReviewAction(StrEnum):
@@ -122,6 +123,18 @@ class Region(_Model):
     lines: list[BBox] = []
 
 
+class Word(_Model):
+    """One word of a candidate, in page pixels. `line` is its 0-based line within the
+    candidate's text; `approximate` marks a box placed by proportional width because the
+    engine gave none."""
+
+    text: str
+    bbox: BBox
+    confidence: float | None = None
+    line: int = Field(0, ge=0)
+    approximate: bool = False
+
+
 class Candidate(_Model):
     """One engine's reading of one region. `error` set means the engine failed on it."""
 
@@ -136,6 +149,7 @@ class Candidate(_Model):
     read_as: str | None = None
     # Engines tried before this one in a fallback chain: "engine: why it was skipped".
     skipped: list[str] = []
+    words: list[Word] = []
 
 
 class Score(_Model):

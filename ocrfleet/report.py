@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ocrfleet.db import models
@@ -98,49 +98,3 @@ def resolve_document(session: Session, ref: str) -> int | None:
         .order_by(models.Document.created_at.desc(), models.Document.id.desc())
         .limit(1)
     )
-
-
-def document_text(session: Session, document_id: int) -> str:
-    """The document's text in reading order, from the `document_text` view."""
-    value = session.execute(
-        text("SELECT text FROM document_text WHERE document_id = :id"), {"id": document_id}
-    ).scalar_one_or_none()
-    return value or ""
-
-
-def document_json(session: Session, document_id: int) -> dict[str, Any]:
-    """The full structure: document, pages, and each page's regions, candidates, scores."""
-    from ocrfleet.db.persist import load_page_result
-
-    doc = session.get(models.Document, document_id)
-    assert doc is not None
-    pages = session.scalars(
-        select(models.Page)
-        .where(models.Page.document_id == document_id)
-        .order_by(models.Page.number)
-    ).all()
-    return {
-        "id": doc.id,
-        "run_id": doc.run_id,
-        "sha256": doc.sha256,
-        "source_uri": doc.source_uri,
-        "media_type": doc.media_type,
-        "status": doc.status,
-        "reason": doc.reason,
-        "page_count": doc.page_count,
-        "pages": [
-            {
-                "number": page.number,
-                "width": page.width,
-                "height": page.height,
-                "status": page.status,
-                "reason": page.reason,
-                "image_uri": page.image_uri,
-                "output_sha256": page.output_sha256,
-                "result": load_page_result(session, page.id).model_dump(mode="json")
-                if page.status == "done"
-                else None,
-            }
-            for page in pages
-        ],
-    }

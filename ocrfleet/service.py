@@ -273,6 +273,7 @@ def _finish_page(
             pages_done=done,
             pages_failed=failed,
             status=case(
+                (doc.status == ir.DocumentStatus.cancelled.value, doc.status),  # stays so
                 (done + failed < doc.page_count, doc.status),
                 (failed > 0, ir.DocumentStatus.partial.value),
                 else_=ir.DocumentStatus.done.value,
@@ -317,3 +318,14 @@ def fail_document(ctx: Context, document_id: int, reason: str) -> bool:
             .returning(models.Document.id)
         )
     return changed is not None
+
+
+def page_cancelled(ctx: Context, page_id: int) -> bool:
+    """Whether the page's document was cancelled: its queued pages are skipped, not run."""
+    with ctx.session() as session:
+        status = session.scalar(
+            select(models.Document.status)
+            .join(models.Page, models.Page.document_id == models.Document.id)
+            .where(models.Page.id == page_id)
+        )
+    return status == ir.DocumentStatus.cancelled

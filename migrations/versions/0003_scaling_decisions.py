@@ -1,7 +1,7 @@
 """scaling_decisions: every scheduler decision with its inputs
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-12-01
 """
 

@@ -2,7 +2,7 @@
 text views reading a region's reviewed text first
 
 Revision ID: 0004
-Revises: 0001
+Revises: 0003
 Create Date: 2026-12-01
 """
 

@@ -60,8 +60,12 @@ class Document(Base):
     __table_args__ = (
         UniqueConstraint("sha256", "run_id"),
         CheckConstraint(
-            "status in ('pending','processing','done','partial','rejected','failed','reviewed')",
+            "status in ('pending','processing','done','partial','rejected','failed','reviewed',"
+            "'cancelled')",
             name="status",
+        ),
+        CheckConstraint(
+            "callback_state in ('queued','delivered','gave_up')", name="callback_state"
         ),
     )
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
@@ -77,6 +81,10 @@ class Document(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     priority: Mapped[str] = mapped_column(String(16), default="normal")
     meta: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Completion webhook: where to POST on a terminal state, and how far that got (NULL:
+    # not yet claimed; set once, by the one process that enqueues the delivery).
+    callback_url: Mapped[str | None] = mapped_column(Text)
+    callback_state: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
@@ -139,6 +147,8 @@ class Candidate(Base):
     truncated: Mapped[bool] = mapped_column(default=False)
     read_as: Mapped[str | None] = mapped_column(String(16))
     skipped: Mapped[list[str] | None] = mapped_column(JSON)
+    # ir.Word dicts in page pixels; NULL for rows written before word boxes existed.
+    words: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
 
 
 class Score(Base):
@@ -176,23 +186,6 @@ class ReviewFlag(Base):
     status: Mapped[str] = mapped_column(String(16), default="open", index=True)
     resolved_text: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-
-class ScalingDecision(Base):
-    """One scheduler tick for one pool, with every input it decided on: explainable later."""
-
-    __tablename__ = "scaling_decisions"
-    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
-    decided_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, index=True
-    )
-    role: Mapped[str] = mapped_column(String(16))
-    actuator: Mapped[str] = mapped_column(String(32))
-    current: Mapped[int] = mapped_column(Integer)
-    desired: Mapped[int] = mapped_column(Integer)
-    applied: Mapped[bool]
-    reason: Mapped[str] = mapped_column(Text)
-    inputs: Mapped[dict[str, Any]]
     detail: Mapped[str | None] = mapped_column(Text)
     # A reviewer's claim, so two people do not work one region; it lapses by itself.
     claimed_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
@@ -234,4 +227,48 @@ class Review(Base):
     action: Mapped[str] = mapped_column(String(16))
     engine: Mapped[str | None] = mapped_column(String(32))  # the candidate accepted
     final_text: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ScalingDecision(Base):
+    """One scheduler tick for one pool, with every input it decided on: explainable later."""
+
+    __tablename__ = "scaling_decisions"
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    decided_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    actuator: Mapped[str] = mapped_column(String(32))
+    current: Mapped[int] = mapped_column(Integer)
+    desired: Mapped[int] = mapped_column(Integer)
+    applied: Mapped[bool]
+    reason: Mapped[str] = mapped_column(Text)
+    inputs: Mapped[dict[str, Any]]
+
+
+class ApiKey(Base):
+    """An HTTP API key of one tenant; only the key's SHA-256 is stored."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (UniqueConstraint("key_hash"),)
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Delivery(Base):
+    """One attempt to POST a document's completion webhook."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (UniqueConstraint("document_id", "attempt"),)
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    url: Mapped[str] = mapped_column(Text)
+    event: Mapped[str] = mapped_column(String(16))
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -144,6 +144,7 @@ def save_page_result(session: Session, page_id: int, result: ir.PageResult) -> N
                 "truncated": c.truncated,
                 "read_as": c.read_as,
                 "skipped": c.skipped or None,
+                "words": [w.model_dump(mode="json") for w in c.words] if c.words else None,
             }
             for c in result.candidates
         ],
@@ -236,6 +237,7 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
             Candidate.truncated,
             Candidate.read_as,
             Candidate.skipped,
+            Candidate.words,
         )
         .join(Region, Region.id == Candidate.region_id)
         .where(Region.page_id == page_id)
@@ -322,6 +324,7 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
                 truncated=c.truncated,
                 read_as=c.read_as,
                 skipped=c.skipped or [],
+                words=[ir.Word.model_validate(w) for w in c.words or ()],
             )
             for c in candidates
         ],

@@ -36,3 +36,13 @@ class Recogniser(Protocol):
         An engine may also declare `categories`, the region categories it has its own mode
         for (default: text only); other tables and formulas reach it line by line."""
         ...
+
+
+class WordRecogniser(Recogniser, Protocol):
+    """A recogniser that also locates words; the recognise stage prefers this method."""
+
+    def recognise_words(
+        self, crops: list[Image.Image]
+    ) -> list[tuple[str, float | None, list[ir.Word]]]:
+        """As `recognise`, plus each crop's words in crop pixels."""
+        ...

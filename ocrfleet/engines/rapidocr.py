@@ -29,6 +29,7 @@ import numpy as np
 import onnxruntime as ort
 from omegaconf import DictConfig, flag_override
 from PIL import Image
+from rapidocr.cal_rec_boxes.main import CalRecBoxes
 from rapidocr.ch_ppocr_det import TextDetector
 from rapidocr.ch_ppocr_rec import TextRecognizer
 from rapidocr.main import DEFAULT_CFG_PATH
@@ -227,22 +228,35 @@ class RapidRecogniser:
         self.version = _version(Path(model_path), _rec_params(root))
 
     def recognise(self, crops: list[Image.Image]) -> list[tuple[str, float | None]]:
+        return [(text, confidence) for text, confidence, _ in self.recognise_words(crops)]
+
+    def recognise_words(
+        self, crops: list[Image.Image]
+    ) -> list[tuple[str, float | None, list[ir.Word]]]:
         arrays = [_to_bgr(c) for c in crops]
         by_width: dict[int, list[int]] = {}
         for i, array in enumerate(arrays):
             by_width.setdefault(self._padded_width(array), []).append(i)
-        results: list[tuple[str, float | None]] = [("", None)] * len(arrays)
+        results: list[tuple[str, float | None, list[ir.Word]]] = [("", None, [])] * len(arrays)
         for width, ids in sorted(by_width.items()):
             for start in range(0, len(ids), self.batch_size):
                 chunk = ids[start : start + self.batch_size]
                 batch = np.stack([self._normalise(arrays[i], width) for i in chunk])
                 preds = self._rec.session(batch)
-                lines, _ = self._rec.postprocess_op(
-                    preds, False, wh_ratio_list=[1.0] * len(chunk), max_wh_ratio=1.0
+                # The share of each input's width that is crop, not padding: rapidocr's
+                # word boxes measure CTC columns against it.
+                shares = [self._resized_width(arrays[i], width) / width for i in chunk]
+                lines, infos = self._rec.postprocess_op(
+                    preds, True, wh_ratio_list=shares, max_wh_ratio=1.0
                 )
-                for i, (text, score) in zip(chunk, lines, strict=True):
-                    results[i] = (str(text), float(score))
+                for i, (text, score), info in zip(chunk, lines, infos, strict=True):
+                    words = _word_boxes(str(text), info, arrays[i].shape[1], arrays[i].shape[0])
+                    results[i] = (str(text), float(score), words)
         return results
+
+    def _resized_width(self, array: np.ndarray, width: int) -> int:
+        h, w = array.shape[:2]
+        return min(width, math.ceil(self._height * w / h))
 
     def _padded_width(self, array: np.ndarray) -> int:
         h, w = array.shape[:2]
@@ -251,9 +265,42 @@ class RapidRecogniser:
 
     def _normalise(self, array: np.ndarray, width: int) -> np.ndarray:
         """rapidocr's resize_norm_img with an explicit target width."""
-        h, w = array.shape[:2]
-        resized_w = min(width, math.ceil(self._height * w / h))
+        resized_w = self._resized_width(array, width)
         resized = cv2.resize(array, (resized_w, self._height)).astype(np.float32)
         padded = np.zeros((3, self._height, width), dtype=np.float32)
         padded[:, :, :resized_w] = (resized.transpose(2, 0, 1) / 255 - 0.5) / 0.5
         return padded
+
+
+def _word_boxes(text: str, info: Any, width: int, height: int) -> list[ir.Word]:
+    """rapidocr's word boxes (CTC column positions scaled to the crop), full crop height,
+    each word's confidence the mean of its characters'."""
+    if not text.strip() or not info.words:
+        return []
+    quad = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
+    texts, boxes, _ = CalRecBoxes().cal_ocr_word_box(text, quad, info)
+    if texts != ["".join(word) for word in info.words]:
+        return []  # mixed scripts come back per character: no word boxes then
+    # rapidocr's confidences are per decoded character, spaces included; words skip spaces.
+    confs = list(info.confs or [])
+    char_confs = [confs[i] for i, char in enumerate(text) if not char.isspace() and i < len(confs)]
+    spans = [(min(p[0] for p in box), max(p[0] for p in box)) for box in boxes]
+    for i in range(len(spans) - 1):  # neighbours that overlap meet halfway, as rapidocr's
+        (a0, a1), (b0, b1) = spans[i], spans[i + 1]
+        if a1 > b0:
+            middle = (a1 + b0) / 2
+            spans[i], spans[i + 1] = (a0, middle), (middle, b1)
+    words, seen = [], 0
+    for word, (left, right) in zip(texts, spans, strict=True):
+        x0 = int(min(max(left, 0), width))
+        x1 = int(min(max(right, x0), width))
+        scores = char_confs[seen : seen + len(word)]
+        seen += len(word)
+        words.append(
+            ir.Word(
+                text=word,
+                bbox=ir.BBox(x0=x0, y0=0, x1=x1, y1=height),
+                confidence=float(np.mean(scores)) if scores else None,
+            )
+        )
+    return words

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from ocrfleet import ir
+
 PSM_SINGLE_LINE = 7
 _TIMEOUT_BASE_S = 60
 _TIMEOUT_PER_CROP_S = 10
@@ -90,6 +92,11 @@ class TesseractRecogniser:
         self.lang = lang
 
     def recognise(self, crops: list[Image.Image]) -> list[tuple[str, float | None]]:
+        return [(text, confidence) for text, confidence, _ in self.recognise_words(crops)]
+
+    def recognise_words(
+        self, crops: list[Image.Image]
+    ) -> list[tuple[str, float | None, list[ir.Word]]]:
         if not crops:
             return []
         for crop in crops:
@@ -114,9 +121,11 @@ class TesseractRecogniser:
         return _parse_tsv(tsv, len(crops))
 
 
-def _parse_tsv(tsv: str, count: int) -> list[tuple[str, float | None]]:
-    """Words of each listed image (TSV `page_num`, 1-based), joined by spaces per line."""
+def _parse_tsv(tsv: str, count: int) -> list[tuple[str, float | None, list[ir.Word]]]:
+    """Words of each listed image (TSV `page_num`, 1-based), joined by spaces per line, and
+    each word's box (TSV left, top, width, height) and confidence."""
     lines: list[dict[tuple[int, int, int], list[str]]] = [{} for _ in range(count)]
+    boxes: list[dict[tuple[int, int, int], list[ir.Word]]] = [{} for _ in range(count)]
     confs: list[list[float]] = [[] for _ in range(count)]
     rows = tsv.splitlines()
     header = rows[0].split("\t") if rows else []
@@ -138,11 +147,26 @@ def _parse_tsv(tsv: str, count: int) -> list[tuple[str, float | None]]:
         )
         lines[page].setdefault(key, []).append(text)
         confs[page].append(conf)
-    results: list[tuple[str, float | None]] = []
-    for page_lines, page_confs in zip(lines, confs, strict=True):
+        left, top = int(cells[col["left"]]), int(cells[col["top"]])
+        box = ir.BBox(
+            x0=max(left, 0),
+            y0=max(top, 0),
+            x1=max(left + int(cells[col["width"]]), left, 0),
+            y1=max(top + int(cells[col["height"]]), top, 0),
+        )
+        word = ir.Word(text=text, bbox=box, confidence=min(max(conf / 100, 0.0), 1.0))
+        boxes[page].setdefault(key, []).append(word)
+    results: list[tuple[str, float | None, list[ir.Word]]] = []
+    for page_lines, page_boxes, page_confs in zip(lines, boxes, confs, strict=True):
         text = "\n".join(" ".join(words) for _, words in sorted(page_lines.items()))
         confidence = sum(page_confs) / len(page_confs) / 100 if page_confs else None
-        results.append((text, None if confidence is None else min(max(confidence, 0.0), 1.0)))
+        words = [
+            word.model_copy(update={"line": number})
+            for number, (_, line) in enumerate(sorted(page_boxes.items()))
+            for word in line
+        ]
+        confidence = None if confidence is None else min(max(confidence, 0.0), 1.0)
+        results.append((text, confidence, words))
     return results
 
 

@@ -23,8 +23,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from PIL import Image, ImageStat
 
 from ocrfleet import ir
-from ocrfleet.engines.base import Recogniser
+from ocrfleet.engines.base import Reading, Recogniser
 from ocrfleet.pipeline.regions import crop
+from ocrfleet.pipeline.words import approximate, to_page
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,10 @@ _MAX_ERROR_CHARS = 500
 INK_RANGE = 64  # a crop whose grey levels span less than this has nothing on it to read
 READ_AS_LINES = "lines"
 
-# (text, confidence, truncated) for a crop that was read, or the error message for one
-# that was not.
-_Reading = tuple[str, float | None, bool] | str
+# (text, confidence, truncated, words in crop pixels or None) for a crop that was read, or
+# the error message for one that was not.
+_Read = tuple[str, float | None, bool, list[ir.Word] | None]
+_Reading = _Read | str
 
 
 def recognise(
@@ -126,15 +128,33 @@ def _read_regions(
             continue
         read = [part for part in parts if not isinstance(part, str)]
         confidences = [part[1] for part in read if part[1] is not None]
+        boxes = region.lines if read_as else [region.bbox]
         candidates.append(
             ir.Candidate(
                 text="\n".join(p[0] for p in read if p[0]) if read_as else read[0][0],
                 confidence=min(confidences) if confidences else None,
                 truncated=any(part[2] for part in read),
+                words=_words(read, boxes),
                 **common,
             )
         )
     return candidates
+
+
+def _words(read: list[_Read], boxes: Sequence[ir.BBox]) -> list[ir.Word]:
+    """The candidate's words in page pixels, numbered by the line of its text they are on:
+    the engine's boxes where it gave them, proportional ones where it did not."""
+    words: list[ir.Word] = []
+    line = 0
+    for (text, confidence, _, engine_words), box in zip(read, boxes, strict=True):
+        if not text:
+            continue
+        placed = approximate(text, box, confidence) if engine_words is None else to_page(
+            engine_words, box
+        )
+        words.extend(word.model_copy(update={"line": line + word.line}) for word in placed)
+        line += len(text.splitlines()) or 1
+    return words
 
 
 def _read_all(
@@ -179,11 +199,13 @@ def _call(
     them), given up on after `timeout_s`. The engine's thread cannot be killed: it finishes
     in the background and its result is dropped."""
     args: tuple[object, ...] = (batch, kinds) if hasattr(rec, "categories") else (batch,)
+    # An engine with `recognise_words` gives word boxes too; the stage prefers it.
+    read = getattr(rec, "recognise_words", rec.recognise)
     if timeout_s is None:
-        return list(rec.recognise(*args))  # type: ignore[call-arg]
+        return list(read(*args))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ocr-{rec.name}")
     try:
-        return list(pool.submit(rec.recognise, *args).result(timeout=timeout_s))
+        return list(pool.submit(read, *args).result(timeout=timeout_s))
     except FutureTimeout:
         raise EngineTimeout(f"{rec.name} took longer than {timeout_s:g} s") from None
     finally:
@@ -192,9 +214,10 @@ def _call(
 
 def _checked(
     rec: Recogniser, batch: list[Image.Image], timeout_s: float | None, kinds: list[ir.Category]
-) -> list[tuple[str, float | None, bool]]:
+) -> list[_Read]:
     """The engine's readings of `batch`, after checking they honour the Recogniser contract:
-    (text, confidence) pairs, or `engines.base.Reading`s that also say `truncated`."""
+    (text, confidence) pairs, `engines.base.Reading`s that also say `truncated`, or
+    (text, confidence, words) from `recognise_words`."""
     out = _call(rec, batch, timeout_s, kinds)
     if len(out) != len(batch):
         raise RuntimeError(f"{rec.name} returned {len(out)} readings for {len(batch)} crops")
@@ -205,8 +228,11 @@ def _checked(
             raise TypeError(f"{rec.name} returned text of type {type(text).__name__}")
         if confidence is not None and not (math.isfinite(confidence) and 0.0 <= confidence <= 1.0):
             raise ValueError(f"{rec.name} returned confidence {confidence!r} outside [0, 1]")
-        truncated = bool(getattr(item, "truncated", False))
-        checked.append((text, None if confidence is None else float(confidence), truncated))
+        truncated = isinstance(item, Reading) and item.truncated
+        words = item[2] if not isinstance(item, Reading) and len(item) > 2 else None  # type: ignore[arg-type]
+        checked.append(
+            (text, None if confidence is None else float(confidence), truncated, words)
+        )
     return checked
 
 

@@ -7,6 +7,7 @@ Errors say whether retrying can help (`permanent`), so a Celery task can put
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import BinaryIO
 
 
 class StorageError(Exception):
@@ -52,8 +53,9 @@ class ObjectStore(ABC):
         """The store's root URI; `open_store(settings, store.url)` opens the same store."""
 
     @abstractmethod
-    def put(self, key: str, data: bytes, content_type: str | None = None) -> str:
-        """Write (or overwrite) one object atomically; returns its full URI."""
+    def put(self, key: str, data: bytes | BinaryIO, content_type: str | None = None) -> str:
+        """Write (or overwrite) one object atomically; returns its full URI. `data` may be
+        a seekable binary file, streamed from where it is (uploads never sit in memory)."""
 
     @abstractmethod
     def get(self, key: str) -> bytes:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import builtins
 import os
+import shutil
 import uuid
 from pathlib import Path
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 from urllib.parse import quote, unquote
 
 from ocrfleet.storage.base import (
@@ -85,7 +86,7 @@ class LocalStore(ObjectStore):
             raise InvalidKey(f"key {key!r} resolves outside the store root {self._root}")
         return path
 
-    def put(self, key: str, data: bytes, content_type: str | None = None) -> str:
+    def put(self, key: str, data: bytes | BinaryIO, content_type: str | None = None) -> str:
         """`content_type` is accepted for parity with S3 and not stored."""
         path = self._path(key)
         what = f"put {self.uri(key)}"
@@ -97,7 +98,10 @@ class LocalStore(ObjectStore):
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
             try:
                 with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
+                    if isinstance(data, bytes | bytearray | memoryview):
+                        handle.write(data)
+                    else:
+                        shutil.copyfileobj(data, handle, 1 << 20)
                     handle.flush()
                     os.fsync(handle.fileno())
                 os.replace(temp, path)

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -240,14 +240,18 @@ class S3Store(ObjectStore):
                 time.sleep(delay)
         raise AssertionError("unreachable: max_attempts >= 1")
 
-    def put(self, key: str, data: bytes, content_type: str | None = None) -> str:
+    def put(self, key: str, data: bytes | BinaryIO, content_type: str | None = None) -> str:
         full = self._full_key(key)
         extra = {"ContentType": content_type} if content_type else {}
         client = self._client()
-        self._call(
-            f"put {self.uri(key)}",
-            lambda: client.put_object(Bucket=self._bucket, Key=full, Body=data, **extra),
-        )
+        start = None if isinstance(data, bytes | bytearray | memoryview) else data.tell()
+
+        def send() -> Any:
+            if start is not None:
+                data.seek(start)  # type: ignore[union-attr]  # a retry sends it all again
+            return client.put_object(Bucket=self._bucket, Key=full, Body=data, **extra)
+
+        self._call(f"put {self.uri(key)}", send)
         return self.uri(key)
 
     def get(self, key: str) -> bytes:

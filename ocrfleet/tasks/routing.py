@@ -21,6 +21,7 @@ PAGE_TASK = "ocrfleet.process_page"
 SWEEP_TASK = "ocrfleet.sweep"
 # Recovery sweeps (ocrfleet.scheduler.sweeps): every worker takes them before anything else.
 SWEEP_QUEUE = "sweeps"
+WEBHOOK_TASK = "ocrfleet.webhook"
 
 # role -> (high queue, normal queue)
 ROLES: dict[str, tuple[str, str]] = {
@@ -70,4 +71,5 @@ TASK_ROUTES = {
     INGEST_TASK: {"queue": "ingest"},
     PAGE_TASK: {"queue": "gpu"},
     SWEEP_TASK: {"queue": SWEEP_QUEUE},
+    WEBHOOK_TASK: {"queue": "ingest.high"},  # CPU workers; never behind a bulk backlog
 }

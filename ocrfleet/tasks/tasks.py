@@ -198,6 +198,9 @@ def process_page(self: Task, page_id: int) -> str:
             return "failed"
 
         def work() -> str:
+            if service.page_cancelled(ctx, page_id):  # cancelled while queued: skip it
+                log.info("page %s skipped: its document was cancelled", page_id)
+                return "cancelled"
             deliveries = service.record_delivery(ctx, page_id)
             # Our own retries are new deliveries too; what is left are crashes (worker
             # killed, hard time limit) and duplicate messages.

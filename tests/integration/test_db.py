@@ -46,6 +46,9 @@ TABLES = {
     "review_flags",
     "users",
     "reviews",
+    "scaling_decisions",
+    "api_keys",
+    "deliveries",
 }
 VIEWS = {"document_text_lines", "document_text"}
 SHA = "ab" * 32

@@ -110,7 +110,10 @@ def test_results_prints_text_and_json(examples_run: tuple[Path, list[dict]]) -> 
     as_json = ocrfleet(["results", str(summary[0]["document_id"]), "--format", "json"], workdir)
     structure = json.loads(as_json.stdout)
     assert structure["status"] == "done"
-    assert structure["pages"][0]["result"]["regions"]
+    assert structure["pages"][0]["regions"][0]["words"]
+    as_hocr = ocrfleet(["results", str(source), "--format", "hocr"], workdir)
+    assert as_hocr.returncode == 0, as_hocr.stderr
+    assert as_hocr.stdout.count('class="ocrx_word"') == len(as_text.stdout.split())
 
 
 def test_bad_inputs_are_rejected_and_the_run_goes_on(tmp_path: Path) -> None:

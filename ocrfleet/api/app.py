@@ -1,0 +1,276 @@
+"""The FastAPI application. Every route but the probes and /metrics needs an API key
+(`Authorization: Bearer <key>` or `X-API-Key`); a key sees only its tenant's documents
+(`documents.meta["tenant"]`, the field the review app filters on), and another tenant's
+document is a 404, never a 403, so ids do not leak.
+
+Submissions go through `ocrfleet.client.submit`, the same code as every other producer:
+an upload is spooled by the multipart parser, then hashed and streamed to the store."""
+
+# No `from __future__ import annotations` here: FastAPI reads the routes' annotations, and
+# `Db` and `Tenant` are local to create_app, where postponed names would not resolve.
+import json
+import time
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, File, Form, HTTPException, Query, Request, UploadFile
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from ocrfleet import client, ir
+from ocrfleet.api.keys import KeyCache
+from ocrfleet.api.limits import BodyLimit, RateLimiter
+from ocrfleet.config import Settings, get_settings
+from ocrfleet.db import models
+from ocrfleet.db.session import session_scope
+from ocrfleet.formats import FORMATS, render_document
+from ocrfleet.storage import open_store
+from ocrfleet.webhooks import UnsafeCallbackURL, result_urls
+
+TENANT_FIELD = "tenant"
+PAGE_LIMIT = 100
+
+
+def _document_json(doc: models.Document, pages: list[models.Page] | None = None) -> dict:
+    body: dict[str, Any] = {
+        "id": doc.id,
+        "status": doc.status,
+        "reason": doc.reason,
+        "priority": doc.priority,
+        "sha256": doc.sha256,
+        "metadata": doc.meta,
+        "callback_url": doc.callback_url,
+        "pages": {
+            "total": doc.page_count,
+            "done": doc.pages_done,
+            "failed": doc.pages_failed,
+        },
+        "created_at": doc.created_at.isoformat(),
+        "updated_at": doc.updated_at.isoformat(),
+    }
+    if pages is not None:
+        cancelled = doc.status == ir.DocumentStatus.cancelled
+        body["page_states"] = [
+            {
+                "number": page.number,
+                "status": "cancelled" if cancelled and page.status == "pending" else page.status,
+                "reason": page.reason,
+            }
+            for page in pages
+        ]
+    return body
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    keys = KeyCache()
+    limiter = RateLimiter(settings.api_rate_per_s, settings.api_rate_burst)
+    registry = CollectorRegistry()
+    requests = Counter(
+        "ocrfleet_api_requests",
+        "HTTP API requests by route and status",
+        ["method", "route", "status"],
+        registry=registry,
+    )
+    latency = Histogram(
+        "ocrfleet_api_request_seconds",
+        "HTTP API request latency",
+        ["method", "route"],
+        registry=registry,
+    )
+
+    app = FastAPI(
+        title="ocrfleet",
+        version="1",
+        description="Submit PDFs and images for OCR, follow them, fetch results, cancel.",
+    )
+
+    @app.middleware("http")
+    async def _measure(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        requests.labels(request.method, route, str(response.status_code)).inc()
+        latency.labels(request.method, route).observe(time.perf_counter() - started)
+        return response
+
+    app.add_middleware(BodyLimit, limit=settings.api_max_upload_bytes)
+
+    def session() -> Any:
+        with session_scope(settings.database_url) as s:
+            yield s
+
+    Db = Annotated[Session, Depends(session)]
+
+    def tenant_of(request: Request, db: Db) -> str:
+        header = request.headers.get("authorization", "")
+        key = header[7:].strip() if header.lower().startswith("bearer ") else None
+        key = key or request.headers.get("x-api-key")
+        tenant = keys.tenant(db, key) if key else None
+        if tenant is None:
+            raise HTTPException(
+                401, "a valid API key is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+        wait = limiter.take(key)
+        if wait > 0:
+            raise HTTPException(
+                429, "rate limit exceeded", headers={"Retry-After": str(max(1, round(wait)))}
+            )
+        return tenant
+
+    Tenant = Annotated[str, Depends(tenant_of)]
+
+    def owned(db: Session, document_id: int, tenant: str) -> models.Document:
+        doc = db.get(models.Document, document_id)
+        if doc is None or (doc.meta or {}).get(TENANT_FIELD) != tenant:
+            raise HTTPException(404, f"no document {document_id}")
+        return doc
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/readyz", include_in_schema=False)
+    def readyz(db: Db) -> JSONResponse:
+        checks: dict[str, str] = {}
+        try:
+            db.execute(text("SELECT 1"))
+            checks["database"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - the probe reports, it does not raise
+            checks["database"] = f"{type(exc).__name__}: {exc}"[:200]
+        try:
+            from ocrfleet.tasks.app import create_app as celery_app
+
+            with celery_app(settings).connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1, timeout=2)
+            checks["broker"] = "ok"
+        except Exception as exc:  # noqa: BLE001
+            checks["broker"] = f"{type(exc).__name__}: {exc}"[:200]
+        ready = all(value == "ok" for value in checks.values())
+        return JSONResponse(checks, status_code=200 if ready else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/documents", status_code=202)
+    def submit(
+        tenant: Tenant,
+        file: Annotated[UploadFile | None, File(description="a PDF or image")] = None,
+        uri: Annotated[str | None, Form(description="s3:// URI instead of a file")] = None,
+        priority: Annotated[str, Form()] = "normal",
+        metadata: Annotated[str | None, Form(description="a JSON object")] = None,
+        callback_url: Annotated[str | None, Form()] = None,
+    ) -> dict[str, Any]:
+        """Submit one document; 202 with its id at once, processing goes on in the fleet."""
+        if (file is None) == (uri is None):
+            raise HTTPException(422, "send exactly one of `file` and `uri`")
+        if uri is not None and not uri.startswith("s3://"):
+            raise HTTPException(422, "`uri` must be an s3:// URI")
+        try:
+            meta = json.loads(metadata) if metadata else {}
+        except json.JSONDecodeError as exc:
+            raise HTTPException(422, f"`metadata` is not JSON: {exc}") from exc
+        if not isinstance(meta, dict):
+            raise HTTPException(422, "`metadata` must be a JSON object")
+        meta[TENANT_FIELD] = tenant
+        if file is not None and file.filename:
+            meta.setdefault("filename", file.filename)
+        try:
+            document_id = client.submit(
+                file.file if file is not None else uri,  # type: ignore[arg-type]
+                priority=priority,
+                metadata=meta,
+                callback_url=callback_url,
+                settings=settings,
+            )
+        except (UnsafeCallbackURL, ValueError) as exc:
+            raise HTTPException(422, str(exc)) from exc
+        except client.SubmitError as exc:
+            raise HTTPException(503, str(exc)) from exc
+        with session_scope(settings.database_url) as db:
+            doc = db.get(models.Document, document_id)
+            assert doc is not None
+            if (doc.meta or {}).get(TENANT_FIELD) != tenant:
+                # Same content, same document (sha256 + run): it belongs to another tenant.
+                raise HTTPException(409, "identical content is held under another tenant")
+            return {**_document_json(doc), "links": _links(document_id)}
+
+    def _links(document_id: int) -> dict[str, Any]:
+        return {
+            "self": f"/v1/documents/{document_id}",
+            "results": result_urls(settings, document_id),
+        }
+
+    @app.get("/v1/documents/{document_id}")
+    def status(document_id: int, tenant: Tenant, db: Db) -> dict[str, Any]:
+        """Status, page counts and each page's state."""
+        doc = owned(db, document_id, tenant)
+        pages = db.scalars(
+            select(models.Page)
+            .where(models.Page.document_id == document_id)
+            .order_by(models.Page.number)
+        ).all()
+        return {**_document_json(doc, list(pages)), "links": _links(document_id)}
+
+    @app.get("/v1/documents/{document_id}/result")
+    def result(
+        document_id: int,
+        tenant: Tenant,
+        db: Db,
+        format: Annotated[str, Query(description=", ".join(FORMATS))] = "json",  # noqa: A002
+    ) -> Response:
+        """The result in one format, once the document is finished."""
+        if format not in FORMATS:
+            raise HTTPException(422, f"format must be one of {', '.join(FORMATS)}")
+        doc = owned(db, document_id, tenant)
+        if doc.status in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
+            raise HTTPException(409, f"document {document_id} is still {doc.status}")
+        store = open_store(settings) if format == "pdf" else None
+        body = render_document(db, document_id, format, store)
+        return Response(body, media_type=FORMATS[format])
+
+    @app.delete("/v1/documents/{document_id}", status_code=202)
+    def cancel(document_id: int, tenant: Tenant, db: Db) -> dict[str, Any]:
+        """Cancel: queued pages are skipped, running pages finish, it ends `cancelled`."""
+        doc = owned(db, document_id, tenant)
+        if doc.status not in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
+            raise HTTPException(409, f"document {document_id} is already {doc.status}")
+        state = client.cancel(document_id, settings=settings)
+        return {"id": state.id, "status": state.status.value}
+
+    @app.get("/v1/documents")
+    def listing(
+        tenant: Tenant,
+        db: Db,
+        status: Annotated[str | None, Query()] = None,
+        since: Annotated[datetime | None, Query(description="created at or after")] = None,
+        after: Annotated[int | None, Query(description="the `next` of the previous page")] = None,
+        limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50,
+    ) -> dict[str, Any]:
+        """This tenant's documents, oldest first, `limit` at a time."""
+        doc = models.Document
+        query = select(doc).where(doc.meta[TENANT_FIELD].as_string() == tenant)
+        if status is not None:
+            query = query.where(doc.status == status)
+        if since is not None:
+            query = query.where(doc.created_at >= since)
+        if after is not None:
+            query = query.where(doc.id > after)
+        rows = db.scalars(query.order_by(doc.id).limit(limit + 1)).all()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {
+            "documents": [_document_json(row) for row in rows],
+            "next": rows[-1].id if more else None,
+        }
+
+    return app

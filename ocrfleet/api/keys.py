@@ -1,0 +1,70 @@
+"""API keys: one tenant each, only the key's SHA-256 in the database, the key itself shown
+once by `ocrfleet keys add`. Keys are 256-bit random, so a plain hash is enough (no
+salt or slow hash: nothing to guess)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from ocrfleet.db import models
+from ocrfleet.db.models import utcnow
+
+PREFIX = "ofk_"
+CACHE_S = 30.0  # a revoked key works at most this much longer in a running API
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def add_key(session: Session, tenant: str) -> tuple[int, str]:
+    """(id, key) of a new key of `tenant`; the key is not stored and cannot be shown again."""
+    if not tenant or len(tenant) > 128:
+        raise ValueError("a tenant is a non-empty name of at most 128 characters")
+    key = PREFIX + secrets.token_urlsafe(32)
+    row = models.ApiKey(tenant=tenant, key_hash=key_hash(key))
+    session.add(row)
+    session.flush()
+    return row.id, key
+
+
+def revoke_key(session: Session, key_id: int) -> bool:
+    done = session.scalar(
+        update(models.ApiKey)
+        .where(models.ApiKey.id == key_id, models.ApiKey.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+        .returning(models.ApiKey.id)
+    )
+    return done is not None
+
+
+class KeyCache:
+    """Tenant of a key hash, from the database at most every CACHE_S per key."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[str | None, float]] = {}
+
+    def tenant(self, session: Session, key: str) -> str | None:
+        digest = key_hash(key)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._known.get(digest)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        tenant = session.scalar(
+            select(models.ApiKey.tenant).where(
+                models.ApiKey.key_hash == digest, models.ApiKey.revoked_at.is_(None)
+            )
+        )
+        with self._lock:
+            if len(self._known) > 100_000:
+                self._known.clear()
+            self._known[digest] = (tenant, now + CACHE_S)
+        return tenant

@@ -1,0 +1,88 @@
+"""HTTP API commands: `ocrfleet api`, `ocrfleet keys add|revoke`, `ocrfleet cancel`.
+
+`register(app)` adds them to the main typer app (ocrfleet/cli.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+keys_app = typer.Typer(no_args_is_help=True, help="API keys of tenants.")
+
+
+def api(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Serve the HTTP API (OpenAPI docs at /docs) until SIGTERM/SIGINT."""
+    import uvicorn
+
+    from ocrfleet.config import get_settings
+
+    settings = get_settings()
+    if not settings.broker_url:
+        typer.echo("error: OCRFLEET_BROKER_URL is not set: the API submits to a fleet", err=True)
+        raise typer.Exit(2)
+    uvicorn.run(
+        "ocrfleet.api.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        proxy_headers=True,
+    )
+
+
+@keys_app.command("add")
+def keys_add(tenant: Annotated[str, typer.Argument(help="the tenant the key acts for")]) -> None:
+    """Make a key for TENANT and print it: it is shown this once, only its hash is kept."""
+    from ocrfleet.api.keys import add_key
+    from ocrfleet.config import get_settings
+    from ocrfleet.db.session import session_scope
+
+    try:
+        with session_scope(get_settings().database_url) as session:
+            key_id, key = add_key(session, tenant)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(key)
+    typer.echo(f"key {key_id} for tenant {tenant!r}; store it now, it is not shown again", err=True)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[int, typer.Argument(help="the id `keys add` printed")]) -> None:
+    """Revoke a key (running APIs stop accepting it within 30 s)."""
+    from ocrfleet.api.keys import revoke_key
+    from ocrfleet.config import get_settings
+    from ocrfleet.db.session import session_scope
+
+    with session_scope(get_settings().database_url) as session:
+        if not revoke_key(session, key_id):
+            typer.echo(f"error: no active key {key_id}", err=True)
+            raise typer.Exit(1)
+
+
+def cancel(doc: Annotated[int, typer.Argument(help="document id")]) -> None:
+    """Cancel a document: queued pages are skipped, running ones finish."""
+    from ocrfleet import client
+
+    try:
+        state = client.cancel(doc)
+    except LookupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"{state.id}\t{state.status.value}")
+    if state.status.value != "cancelled":
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `api`, `keys` and `cancel` to the main CLI."""
+    app.command("api")(api)
+    app.command("cancel")(cancel)
+    app.add_typer(keys_app, name="keys")

@@ -1,0 +1,92 @@
+"""JSON: the document, its pages, each page's regions in reading order with final text,
+review verdict and flag, every candidate with its scores, and the words of the final text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ocrfleet import ir
+from ocrfleet.formats.document import DocumentView, RegionView
+
+MEDIA_TYPE = "application/json"
+
+
+def _word(word: ir.Word) -> dict[str, Any]:
+    return {
+        "text": word.text,
+        "bbox": list(word.bbox.as_tuple()),
+        "confidence": word.confidence,
+        "line": word.line,
+        "approximate": word.approximate,
+    }
+
+
+def _region(view: RegionView) -> dict[str, Any]:
+    decision = view.decision
+    return {
+        "number": view.region.number,
+        "category": view.category,
+        "bbox": list(view.region.bbox.as_tuple()),
+        "det_score": view.region.det_score,
+        "text": view.text,
+        "engine": view.engine,
+        "confidence": view.confidence,
+        "accepted": decision.accepted if decision else None,
+        "chosen_engine": decision.chosen_engine if decision else None,
+        "flag": decision.flag_reason if decision else None,
+        "words": [_word(w) for w in view.words],
+        "candidates": [
+            {
+                "engine": c.engine,
+                "text": c.text,
+                "confidence": c.confidence,
+                "error": c.error,
+                "scores": [
+                    {
+                        "scorer": s.scorer,
+                        "scorer_version": s.scorer_version,
+                        "verdict": s.verdict.value,
+                        "score": s.score,
+                        "error": s.error,
+                    }
+                    for s in view.scores
+                    if s.engine == c.engine
+                ],
+            }
+            for c in view.candidates
+        ],
+    }
+
+
+def as_dict(doc: DocumentView) -> dict[str, Any]:
+    return {
+        "id": doc.id,
+        "run_id": doc.run_id,
+        "sha256": doc.sha256,
+        "source_uri": doc.source_uri,
+        "media_type": doc.media_type,
+        "status": doc.status,
+        "reason": doc.reason,
+        "page_count": doc.page_count,
+        "pages_done": doc.pages_done,
+        "pages_failed": doc.pages_failed,
+        "meta": doc.meta,
+        "text": "\n".join(page.text for page in doc.pages if page.regions),
+        "pages": [
+            {
+                "number": page.number,
+                "width": page.width,
+                "height": page.height,
+                "status": page.status,
+                "reason": page.reason,
+                "text": page.text,
+                "regions": [_region(r) for r in page.regions],
+            }
+            for page in doc.pages
+        ],
+    }
+
+
+def render(doc: DocumentView) -> str:
+    return json.dumps(as_dict(doc), indent=2, ensure_ascii=False)
