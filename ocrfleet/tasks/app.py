@@ -114,7 +114,11 @@ def create_app(settings: Settings) -> Celery:
     if app is None:
         app = Celery(
             "ocrfleet",
-            include=["ocrfleet.tasks.tasks", "ocrfleet.scheduler.sweep_tasks", "ocrfleet.tasks.webhooks"],
+            include=[
+                "ocrfleet.tasks.tasks",
+                "ocrfleet.scheduler.sweep_tasks",
+                "ocrfleet.tasks.webhooks",
+            ],
             set_as_current=False,
         )
         app.conf.update(celery_config(settings))
