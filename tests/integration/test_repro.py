@@ -13,7 +13,8 @@ from tests.integration.test_run_cli import EXAMPLES, ocrfleet
 
 pytestmark = pytest.mark.integration
 
-EXAMPLE = EXAMPLES / "memo.tif"  # two pages
+EXAMPLE = EXAMPLES / "photo.jpg"  # one page, stored sideways (EXIF orientation)
+PDF = EXAMPLES / "letter.pdf"  # two pages; DPI applies to rendered PDFs only
 
 
 def test_three_runs_of_an_example_give_three_identical_hashes(tmp_path: Path) -> None:
