@@ -122,9 +122,12 @@ class MiniCPMRecogniser:
             raise CheckpointError(
                 f"minicpm_dtype must be one of {_DTYPES}, not {settings.minicpm_dtype!r}"
             )
+        from ocrfleet.workers.startup import device_report
+
         device = settings.minicpm_device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        device_report(device)  # a configured device this process cannot use: StartupError
         self.device = torch.device(device)
         self.model = MiniCPMOcrForConditionalGeneration.from_pretrained(
             folder,

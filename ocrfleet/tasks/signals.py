@@ -99,8 +99,10 @@ def _on_worker_process_init(**_: Any) -> None:
 
     started = time.monotonic()
     try:
+        from ocrfleet.workers.startup import startup_check
+
         ctx = context()
-        ctx.toolkit  # noqa: B018 - loading is the point
+        startup_check(ctx.toolkit)  # loads the models, checks devices, one warm-up region
         log.info("worker runs %s", ctx.run_id)  # registers the run; fails on a wrong pin
     except Exception:
         log.critical("cannot load the models; stopping this worker", exc_info=True)

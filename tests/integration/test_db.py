@@ -167,8 +167,8 @@ def test_upgrade_creates_tables_and_views(db_url: str) -> None:
     inspector = inspect(get_engine(db_url))
     assert set(inspector.get_table_names()) == TABLES | {"alembic_version"}
     assert set(inspector.get_view_names()) == VIEWS
+    head = ScriptDirectory.from_config(migrate.alembic_config(db_url)).get_current_head()
     with session_scope(db_url) as session:
-        head = ScriptDirectory.from_config(migrate.alembic_config(db_url)).get_current_head()
         assert session.execute(text("SELECT version_num FROM alembic_version")).all() == [(head,)]
     dispose_engines()
 

@@ -203,3 +203,34 @@ def test_runs_on_cuda_in_bfloat16(tiny_jev_path: Path) -> None:
     assert all(s.verdict == Verdict.scored for s in scores), [s.error for s in scores]
     single = [gpu.forward([(u, gpu.render_unit(u))])[0] for u in units]
     assert [s.score for s in scores] == pytest.approx(single, abs=2e-2)  # bf16 padding noise
+
+
+def test_a_checkpoint_declaring_the_released_architecture_loads(
+    scorer: JevScorer, tiny_jev_path: Path, tmp_path: Path
+) -> None:
+    """The released Jev config says `MiniCPMOCRForSequenceClassification` (model type
+    qwen3_5); it loads as Qwen3_5ForSequenceClassification with the same weights."""
+    import json
+    import shutil
+
+    from ocrfleet.scorers.jev import JEV_ARCHITECTURES
+
+    released = tmp_path / "released"
+    shutil.copytree(tiny_jev_path, released)
+    config = json.loads((released / "config.json").read_text())
+    assert config["model_type"] == "qwen3_5"
+    config["architectures"] = ["MiniCPMOCRForSequenceClassification"]
+    (released / "config.json").write_text(json.dumps(config))
+    settings = scorer.settings.model_copy(update={"jev_model_path": released})
+    loaded = JevScorer(settings)
+    assert type(loaded.model).__name__ == "Qwen3_5ForSequenceClassification"
+    units = [unit("Total 1,234", 1), unit("hello", 2)]
+    assert [s.score for s in loaded.score(units)] == pytest.approx(
+        [s.score for s in scorer.score(units)], abs=1e-6
+    )
+    assert "MiniCPMOCRForSequenceClassification" in JEV_ARCHITECTURES
+
+    config["architectures"] = ["LlamaForCausalLM"]
+    (released / "config.json").write_text(json.dumps(config))
+    with pytest.raises(JevModelError, match="LlamaForCausalLM"):
+        JevScorer(settings)

@@ -136,3 +136,20 @@ def test_a_generation_that_hits_the_limit_is_truncated(engine, tiny_minicpm_path
     ]
     decisions = decide(regions, candidates, scores, Settings(scorer="jev"))
     assert [d.flag_reason for d in decisions] == [None, ENGINE_TRUNCATED]
+
+
+def test_repro_on_an_example_gives_identical_hashes(tiny_minicpm_path):
+    """Three runs of a committed example under one run, MiniCPM-OCR reading every region."""
+    from ocrfleet.repro import compare_documents, document_sha256
+    from ocrfleet.repro_cli import run_times
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "photo.jpg"
+    settings = settings_for(tiny_minicpm_path, minicpm_max_new_tokens=3)
+    run_id, outputs = run_times(example, settings, 3)
+    hashes = {document_sha256([p.sha256 for p in pages]) for pages in outputs}
+    assert len(hashes) == 1
+    assert compare_documents(outputs[0], outputs[2]) == []
+    regions = outputs[0][0].result.regions
+    candidates = outputs[0][0].result.candidates
+    assert regions and all(c.engine == "minicpm" for c in candidates)
+    assert len(run_id) == 64
