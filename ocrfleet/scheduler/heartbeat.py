@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 from celery import Celery
-from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
+from celery.signals import celeryd_init, worker_init, worker_process_init, worker_shutdown
 
 from ocrfleet.config import get_settings
 from ocrfleet.tasks import routing
@@ -59,11 +59,16 @@ def _held_requests() -> list[Any]:
     countdown (a retry's message stays unacknowledged until it runs)."""
     from celery.worker import state
 
-    held = {id(r): r for r in state.reserved_requests}
-    held.update({id(r): r for r in state.active_requests})
-    held.update({id(r): r for r in state.scheduled_requests})
-    held.update({id(r): r for r in state.requests.values()})
-    return list(held.values())
+    for _ in range(5):  # the consumer changes these sets under us: read again
+        try:
+            held = {id(r): r for r in list(state.reserved_requests)}
+            held.update({id(r): r for r in list(state.active_requests)})
+            held.update({id(r): r for r in list(state.scheduled_requests)})
+            held.update({id(r): r for r in list(state.requests.values())})
+            return list(held.values())
+        except RuntimeError:
+            time.sleep(0.01)
+    raise RuntimeError("worker state kept changing while being read")
 
 
 def _request_record(request: Any) -> dict[str, Any]:
@@ -87,6 +92,7 @@ class _Beat:
         self.queues = queues
         self.interval = interval
         self.started_at = time.time()
+        self.pid = os.getpid()
         self.rate: float | None = None
         self.busy_s = 0.0
         self._last_done: int | None = None
@@ -140,6 +146,8 @@ class _Beat:
             self._stop.wait(self.interval)
 
     def stop(self) -> None:
+        if os.getpid() != self.pid:  # a forked pool process inherited this object
+            return
         self._stop.set()
         with contextlib.suppress(Exception):
             self._conn.delete(worker_key(self.hostname))
@@ -153,8 +161,9 @@ def _on_celeryd_init(sender: Any = None, options: Any = None, **_: Any) -> None:
     _state["queues"] = [str(q).strip() for q in queues]
 
 
-def _on_worker_ready(**_: Any) -> None:
-    """Start beating once the consumer is up (in the main process only)."""
+def _on_worker_init(**_: Any) -> None:
+    """Start beating before the pool and the consumer start (main process only): a message
+    taken while the pool process still loads its models is claimed from the start."""
     if _state["thread"] is not None or _state["hostname"] is None:
         return
     beat = _Beat(_state["hostname"], _state["queues"], get_settings().heartbeat_interval_s)
@@ -190,7 +199,7 @@ def connect(app: Celery) -> None:
     """Connect the worker-side handlers (idempotent)."""
     del app
     celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid="ocrfleet.hb.celeryd_init")
-    worker_ready.connect(_on_worker_ready, weak=False, dispatch_uid="ocrfleet.hb.worker_ready")
+    worker_init.connect(_on_worker_init, weak=False, dispatch_uid="ocrfleet.hb.worker_init")
     worker_shutdown.connect(
         _on_worker_shutdown, weak=False, dispatch_uid="ocrfleet.hb.worker_shutdown"
     )
