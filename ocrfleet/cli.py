@@ -53,6 +53,7 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Process inputs in this process, on the embedded defaults unless configured otherwise."""
+    from ocrfleet.pipeline.rules import RulesError
     from ocrfleet.report import document_summaries
     from ocrfleet.service import Context, ingest, process_page
 
@@ -62,6 +63,10 @@ def run(
         raise _usage_error("no PDF or image inputs found")
     _ensure_schema(settings.database_url)
     ctx = Context(settings)
+    try:
+        ctx.rules  # noqa: B018  (a bad OCRFLEET_RULES file is a usage error, before any work)
+    except RulesError as error:
+        raise _usage_error(str(error)) from None
 
     outcomes = []
     with console.status(f"splitting {len(inputs)} input(s)"):

@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     worker_health_port: int = Field(0, ge=0, description="/healthz /readyz base port; 0: none")
     # Review: the back-office web app (`ocrfleet review`) and the business rules that send
     # regions to it. The rules file's hash enters run_id.
-    rules_path: Path | None = None
+    rules: Path | None = None  # OCRFLEET_RULES: the business rules file (TOML)
     review_secret: str | None = Field(
         None, min_length=32, description="signs session cookies; required by `ocrfleet review`"
     )

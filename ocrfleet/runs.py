@@ -36,10 +36,10 @@ def run_config(settings: Settings) -> dict[str, Any]:
         "scorer": describe_scorer(settings),
         "thresholds": {c: settings.threshold(c) for c in ("text", "formula", "table")},
     }
-    if settings.rules_path is not None:  # only when set: runs without rules keep their ids
+    if settings.rules is not None:  # only when set: runs without rules keep their ids
         from ocrfleet.pipeline.rules import rules_sha256
 
-        config["rules"] = rules_sha256(settings.rules_path)
+        config["rules"] = rules_sha256(settings.rules)
     return config
 
 

@@ -48,7 +48,7 @@ class Context:
 
     @cached_property
     def rules(self) -> RuleSet | None:
-        path = self.settings.rules_path
+        path = self.settings.rules
         return None if path is None else load_rules(path)
 
     @cached_property

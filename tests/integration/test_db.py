@@ -550,3 +550,51 @@ def test_document_text_is_in_reading_order(url: str) -> None:
         assert {line.accepted for line in lines if line.region_number % 3 != 0} == {None}
         docs = dict(session.execute(text("SELECT sha256, text FROM document_text")).all())
     assert docs == {SHA: "\n".join(expected_lines), "00" * 32: ""}
+
+
+def test_reviewed_text_comes_back_through_the_loader_and_the_views(url: str) -> None:
+    """A reviewer's correction is the region's final text for load_page_result, the views
+    and region_text, with the reviewer's name; the candidates stay; skips decide nothing;
+    a rule flag beside the policy's flag is not mistaken for a decision."""
+    from ocrfleet.review.record import record_review
+    from ocrfleet.review.users import add_user
+
+    page_id = add_page(url)
+    saved = full_result()
+    with session_scope(url) as session:
+        save_page_result(session, page_id, saved)
+        region_2 = session.scalar(
+            select(Region.id).where(Region.page_id == page_id, Region.number == 2)
+        )
+        session.add(ReviewFlag(region_id=region_2, reason="rule:total", detail="TOTAL 6O.3O"))
+        eve = add_user(session, "eve", "a long password", "reviewer")
+        record_review(session, eve, region_2, ir.ReviewAction.skip)
+    with session_scope(url) as session:
+        assert load_page_result(session, page_id) == saved  # a skip changes no text
+        record_review(session, eve, region_2, ir.ReviewAction.correct, text="  fixed  ")
+    with session_scope(url) as session:
+        loaded = load_page_result(session, page_id)
+        assert loaded.model_copy(update={"reviews": []}) == saved  # candidates untouched
+        (review,) = loaded.reviews
+        assert (review.region_number, review.action, review.text, review.reviewer) == (
+            2,
+            ir.ReviewAction.correct,
+            "fixed",
+            "eve",
+        )
+        assert loaded.region_text(2) == "fixed"
+        assert loaded.region_text(1) == saved.region_text(1) == "rapidocr reads 1"
+        lines = session.execute(
+            text(
+                "SELECT region_number, text, reviewed_by, review_action "
+                "FROM document_text_lines ORDER BY region_number"
+            )
+        ).all()
+        assert [tuple(line) for line in lines[:2]] == [
+            (1, "rapidocr reads 1", None, None),
+            (2, "fixed", "eve", "correct"),
+        ]
+        assert "\nfixed\n" in session.execute(text("SELECT text FROM document_text")).scalar_one()
+        assert set(
+            session.scalars(select(ReviewFlag.status).where(ReviewFlag.region_id == region_2))
+        ) == {"resolved"}

@@ -57,7 +57,7 @@ def test_date_and_total_rules_on_real_receipts(tmp_path: Path, sqlite_url: str) 
     upgrade(sqlite_url)
     ctx = Context(
         Settings(database_url=sqlite_url, store_url=f"file://{tmp_path / 'store'}",
-                 rules_path=rules)
+                 rules=rules)
     )  # fmt: skip
     assert ctx.run_config["rules"] == ctx.rules.sha256
     ids = []

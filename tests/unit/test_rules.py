@@ -109,8 +109,8 @@ def test_the_rules_file_enters_run_id(tmp_path: Path) -> None:
     path = tmp_path / "rules.toml"
     path.write_text(RULES)
     plain = run_config(Settings())
-    with_rules = run_config(Settings(rules_path=path))
+    with_rules = run_config(Settings(rules=path))
     assert "rules" not in plain  # runs without rules keep the ids they had
     assert run_id_of(with_rules) != run_id_of(plain)
     path.write_text(RULES.replace("%d-%m-%Y", "%Y-%m-%d"))
-    assert run_id_of(run_config(Settings(rules_path=path))) != run_id_of(with_rules)
+    assert run_id_of(run_config(Settings(rules=path))) != run_id_of(with_rules)
