@@ -7,7 +7,7 @@ Submissions go through `ocrfleet.client.submit`, the same code as every other pr
 an upload is spooled by the multipart parser, then hashed and streamed to the store."""
 
 # No `from __future__ import annotations` here: FastAPI reads the routes' annotations, and
-# `Db` and `Tenant` are local to create_app, where postponed names would not resolve.
+# `Tenant` is local to create_app, where a postponed name would not resolve.
 import json
 import time
 from datetime import datetime
@@ -104,17 +104,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.add_middleware(BodyLimit, limit=settings.api_max_upload_bytes)
 
-    def session() -> Any:
-        with session_scope(settings.database_url) as s:
-            yield s
+    # Each route opens its own short session: a session held by a yield dependency for the
+    # whole request would pin a pooled connection while uploads stream, and its cleanup
+    # needs a threadpool thread, so a busy API could deadlock waiting on its own pool.
+    def db() -> Any:
+        return session_scope(settings.database_url)
 
-    Db = Annotated[Session, Depends(session)]
-
-    def tenant_of(request: Request, db: Db) -> str:
+    def tenant_of(request: Request) -> str:
         header = request.headers.get("authorization", "")
         key = header[7:].strip() if header.lower().startswith("bearer ") else None
         key = key or request.headers.get("x-api-key")
-        tenant = keys.tenant(db, key) if key else None
+        tenant = keys.tenant(settings.database_url, key) if key else None
         if tenant is None:
             raise HTTPException(
                 401, "a valid API key is required", headers={"WWW-Authenticate": "Bearer"}
@@ -128,8 +128,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     Tenant = Annotated[str, Depends(tenant_of)]
 
-    def owned(db: Session, document_id: int, tenant: str) -> models.Document:
-        doc = db.get(models.Document, document_id)
+    def owned(session: Session, document_id: int, tenant: str) -> models.Document:
+        doc = session.get(models.Document, document_id)
         if doc is None or (doc.meta or {}).get(TENANT_FIELD) != tenant:
             raise HTTPException(404, f"no document {document_id}")
         return doc
@@ -139,10 +139,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"ok": True}
 
     @app.get("/readyz", include_in_schema=False)
-    def readyz(db: Db) -> JSONResponse:
+    def readyz() -> JSONResponse:
         checks: dict[str, str] = {}
         try:
-            db.execute(text("SELECT 1"))
+            with db() as session:
+                session.execute(text("SELECT 1"))
             checks["database"] = "ok"
         except Exception as exc:  # noqa: BLE001 - the probe reports, it does not raise
             checks["database"] = f"{type(exc).__name__}: {exc}"[:200]
@@ -196,8 +197,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(422, str(exc)) from exc
         except client.SubmitError as exc:
             raise HTTPException(503, str(exc)) from exc
-        with session_scope(settings.database_url) as db:
-            doc = db.get(models.Document, document_id)
+        with db() as session:
+            doc = session.get(models.Document, document_id)
             assert doc is not None
             if (doc.meta or {}).get(TENANT_FIELD) != tenant:
                 # Same content, same document (sha256 + run): it belongs to another tenant.
@@ -211,46 +212,47 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         }
 
     @app.get("/v1/documents/{document_id}")
-    def status(document_id: int, tenant: Tenant, db: Db) -> dict[str, Any]:
+    def status(document_id: int, tenant: Tenant) -> dict[str, Any]:
         """Status, page counts and each page's state."""
-        doc = owned(db, document_id, tenant)
-        pages = db.scalars(
-            select(models.Page)
-            .where(models.Page.document_id == document_id)
-            .order_by(models.Page.number)
-        ).all()
-        return {**_document_json(doc, list(pages)), "links": _links(document_id)}
+        with db() as session:
+            doc = owned(session, document_id, tenant)
+            pages = session.scalars(
+                select(models.Page)
+                .where(models.Page.document_id == document_id)
+                .order_by(models.Page.number)
+            ).all()
+            return {**_document_json(doc, list(pages)), "links": _links(document_id)}
 
     @app.get("/v1/documents/{document_id}/result")
     def result(
         document_id: int,
         tenant: Tenant,
-        db: Db,
         format: Annotated[str, Query(description=", ".join(FORMATS))] = "json",  # noqa: A002
     ) -> Response:
         """The result in one format, once the document is finished."""
         if format not in FORMATS:
             raise HTTPException(422, f"format must be one of {', '.join(FORMATS)}")
-        doc = owned(db, document_id, tenant)
-        if doc.status in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
-            raise HTTPException(409, f"document {document_id} is still {doc.status}")
-        store = open_store(settings) if format == "pdf" else None
-        body = render_document(db, document_id, format, store)
+        with db() as session:
+            doc = owned(session, document_id, tenant)
+            if doc.status in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
+                raise HTTPException(409, f"document {document_id} is still {doc.status}")
+            store = open_store(settings) if format == "pdf" else None
+            body = render_document(session, document_id, format, store)
         return Response(body, media_type=FORMATS[format])
 
     @app.delete("/v1/documents/{document_id}", status_code=202)
-    def cancel(document_id: int, tenant: Tenant, db: Db) -> dict[str, Any]:
+    def cancel(document_id: int, tenant: Tenant) -> dict[str, Any]:
         """Cancel: queued pages are skipped, running pages finish, it ends `cancelled`."""
-        doc = owned(db, document_id, tenant)
-        if doc.status not in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
-            raise HTTPException(409, f"document {document_id} is already {doc.status}")
+        with db() as session:
+            doc = owned(session, document_id, tenant)
+            if doc.status not in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
+                raise HTTPException(409, f"document {document_id} is already {doc.status}")
         state = client.cancel(document_id, settings=settings)
         return {"id": state.id, "status": state.status.value}
 
     @app.get("/v1/documents")
     def listing(
         tenant: Tenant,
-        db: Db,
         status: Annotated[str | None, Query()] = None,
         since: Annotated[datetime | None, Query(description="created at or after")] = None,
         after: Annotated[int | None, Query(description="the `next` of the previous page")] = None,
@@ -265,12 +267,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             query = query.where(doc.created_at >= since)
         if after is not None:
             query = query.where(doc.id > after)
-        rows = db.scalars(query.order_by(doc.id).limit(limit + 1)).all()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return {
-            "documents": [_document_json(row) for row in rows],
-            "next": rows[-1].id if more else None,
-        }
+        with db() as session:
+            rows = session.scalars(query.order_by(doc.id).limit(limit + 1)).all()
+            more = len(rows) > limit
+            rows = rows[:limit]
+            return {
+                "documents": [_document_json(row) for row in rows],
+                "next": rows[-1].id if more else None,
+            }
 
     return app

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from ocrfleet.db import models
 from ocrfleet.db.models import utcnow
+from ocrfleet.db.session import session_scope
 
 PREFIX = "ofk_"
 CACHE_S = 30.0  # a revoked key works at most this much longer in a running API
@@ -45,24 +46,26 @@ def revoke_key(session: Session, key_id: int) -> bool:
 
 
 class KeyCache:
-    """Tenant of a key hash, from the database at most every CACHE_S per key."""
+    """Tenant of a key hash, from the database at most every CACHE_S per key (a request
+    with a known key touches no database connection to authenticate)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._known: dict[str, tuple[str | None, float]] = {}
 
-    def tenant(self, session: Session, key: str) -> str | None:
+    def tenant(self, database_url: str, key: str) -> str | None:
         digest = key_hash(key)
         now = time.monotonic()
         with self._lock:
             hit = self._known.get(digest)
         if hit is not None and hit[1] > now:
             return hit[0]
-        tenant = session.scalar(
-            select(models.ApiKey.tenant).where(
-                models.ApiKey.key_hash == digest, models.ApiKey.revoked_at.is_(None)
+        with session_scope(database_url) as session:
+            tenant = session.scalar(
+                select(models.ApiKey.tenant).where(
+                    models.ApiKey.key_hash == digest, models.ApiKey.revoked_at.is_(None)
+                )
             )
-        )
         with self._lock:
             if len(self._known) > 100_000:
                 self._known.clear()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 from fpdf import FPDF
@@ -17,6 +18,8 @@ from ocrfleet.formats.document import DocumentView, PageView
 
 MEDIA_TYPE = "application/pdf"
 FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+# For glyphs DejaVu lacks (CJK, full-width forms): the renderer's CJK font, where installed.
+FALLBACK_FONT = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
 # DejaVu Sans: ascent 0.928 and descent 0.236 of the em. A word box spans ascent + descent
 # of its line's tallest glyphs, so one em is the box height over their sum.
 _ASCENT, _DESCENT = 0.928, 0.236
@@ -52,6 +55,23 @@ def render(doc: DocumentView, images: PageImages) -> bytes:
     return bytes(pdf.output())
 
 
+def _family(pdf: FPDF, text: str) -> str:
+    """DejaVu, or the fallback font (added on first need) for text with glyphs DejaVu
+    lacks, so those words are extracted as written rather than dropped."""
+    if all(ord(char) in _dejavu_cmap() for char in text) or not FALLBACK_FONT.is_file():
+        return "text-layer"
+    if "text-layer-cjk" not in pdf.fonts:
+        pdf.add_font("text-layer-cjk", fname=str(FALLBACK_FONT))
+    return "text-layer-cjk"
+
+
+@cache
+def _dejavu_cmap() -> frozenset[int]:
+    from fontTools.ttLib import TTFont
+
+    return frozenset(TTFont(str(FONT)).getBestCmap())
+
+
 def _place(pdf: FPDF, word: ir.Word, scale: float, next_x0: int | None) -> None:
     """The word stretched over its box, then, unless it ends its line, a space that ends
     before the next word starts (squeezing the word if the boxes touch): text extraction
@@ -60,7 +80,7 @@ def _place(pdf: FPDF, word: ir.Word, scale: float, next_x0: int | None) -> None:
     if not word.text or box.width == 0 or box.height == 0:
         return
     size = box.height * scale / (_ASCENT + _DESCENT)
-    pdf.set_font("text-layer", size=size)
+    pdf.set_font(_family(pdf, word.text), size=size)
     pdf.set_stretching(100)
     natural = pdf.get_string_width(word.text)
     if natural <= 0:

@@ -125,11 +125,12 @@ def test_keys_are_stored_hashed_and_revocable(db: str) -> None:
     with session_scope(db) as session:
         (row,) = session.query(ApiKey).all()
         assert row.key_hash == key_hash(key) and key not in row.key_hash
-        assert KeyCache().tenant(session, key) == "acme"
-        assert KeyCache().tenant(session, key + "x") is None
-        assert revoke_key(session, key_id) and not revoke_key(session, key_id)
+    cache = KeyCache()
+    assert cache.tenant(db, key) == "acme"
+    assert cache.tenant(db, key + "x") is None
     with session_scope(db) as session:
-        assert KeyCache().tenant(session, key) is None
+        assert revoke_key(session, key_id) and not revoke_key(session, key_id)
+    assert KeyCache().tenant(db, key) is None
     with pytest.raises(ValueError), session_scope(db) as session:
         add_key(session, "")
 

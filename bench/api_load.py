@@ -1,0 +1,212 @@
+"""Load on the HTTP API, loopback only: status polls and uploads at once, then submit
+throughput through the API against `client.submit` called directly.
+
+Services as bench/fleet_throughput.py makes them (a Redis of its own, a throwaway
+PostgreSQL database, moto's S3 server) and one `ocrfleet api` process; no workers, so
+the numbers are the API's own (submissions are enqueued, not processed).
+
+Mixed load, `--seconds` long: `--pollers` clients each polling one document's status in a
+loop, and uploads of distinct one-page PDFs started at `--upload-rate` a second (at most
+`--max-in-flight` at once). Prints p50/p95/max latency and errors per kind.
+
+Submit throughput, `--ratio-seconds` each: `--submitters` concurrent uploads through the
+API, then the same number of threads calling `client.submit` with the same settings in
+this process. The last line reads `ratio api/client submit: X.XX`.
+
+    python bench/api_load.py [--seconds 60] [--pollers 200] [--upload-rate 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import threading
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bench.fleet_throughput import process, services  # noqa: E402
+from ocrfleet import client  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
+from tests.integration.fleet_helpers import (  # noqa: E402
+    make_document,
+    ocrfleet_cli,
+    process_env,
+    settings_from,
+)
+
+BASE_PDF = make_document(1, 1)
+
+
+def unique_pdf() -> bytes:
+    """A distinct document each time (a trailing comment after %%EOF changes the hash)."""
+    return BASE_PDF + f"\n% {uuid.uuid4().hex}\n".encode()
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.latencies: dict[str, list[float]] = {}
+        self.errors: dict[str, list[str]] = {}
+
+    def record(self, kind: str, started: float, error: str | None) -> None:
+        self.latencies.setdefault(kind, []).append(time.perf_counter() - started)
+        if error is not None:
+            self.errors.setdefault(kind, []).append(error)
+
+    def report(self) -> None:
+        for kind, values in sorted(self.latencies.items()):
+            ms = np.asarray(values) * 1000
+            errors = self.errors.get(kind, [])
+            print(
+                f"{kind:>7}: {len(values)} requests, p50 {np.percentile(ms, 50):.1f} ms, "
+                f"p95 {np.percentile(ms, 95):.1f} ms, max {ms.max():.1f} ms, "
+                f"errors {len(errors)}" + (f" (first: {errors[0]})" if errors else "")
+            )
+
+
+async def call(http: httpx.AsyncClient, stats: Stats, kind: str, method: str, url: str, **kw):  # noqa: ANN001, ANN003, ANN201
+    started = time.perf_counter()
+    try:
+        response = await http.request(method, url, **kw)
+        error = None if response.status_code < 300 else f"HTTP {response.status_code}"
+    except httpx.HTTPError as exc:
+        response, error = None, f"{type(exc).__name__}: {exc}"
+    stats.record(kind, started, error)
+    return response
+
+
+async def mixed(base: str, key: str, doc_id: int, args: argparse.Namespace) -> Stats:
+    stats = Stats()
+    limits = httpx.Limits(max_connections=args.pollers + args.max_in_flight)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(
+        base_url=base, headers=headers, limits=limits, timeout=60
+    ) as http:
+        stop = time.monotonic() + args.seconds
+
+        async def poller() -> None:
+            while time.monotonic() < stop:
+                await call(http, stats, "status", "GET", f"/v1/documents/{doc_id}")
+
+        async def uploads() -> None:
+            in_flight = asyncio.Semaphore(args.max_in_flight)
+            tasks = []
+            interval, next_at = 1.0 / args.upload_rate, time.monotonic()
+
+            async def one() -> None:
+                async with in_flight:
+                    files = {"file": ("load.pdf", unique_pdf(), "application/pdf")}
+                    await call(http, stats, "upload", "POST", "/v1/documents", files=files)
+
+            while time.monotonic() < stop:
+                if in_flight.locked():
+                    stats.record("upload", time.perf_counter(), "skipped: too many in flight")
+                else:
+                    tasks.append(asyncio.create_task(one()))
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            await asyncio.gather(*tasks)
+
+        await asyncio.gather(uploads(), *(poller() for _ in range(args.pollers)))
+    return stats
+
+
+async def api_submits(base: str, key: str, args: argparse.Namespace) -> float:
+    """Documents a second through POST /v1/documents with `submitters` in flight."""
+    done = 0
+    async with httpx.AsyncClient(
+        base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60
+    ) as http:
+        stop = time.monotonic() + args.ratio_seconds
+        started = time.monotonic()
+
+        async def submitter() -> None:
+            nonlocal done
+            while time.monotonic() < stop:
+                files = {"file": ("r.pdf", unique_pdf(), "application/pdf")}
+                response = await http.post("/v1/documents", files=files)
+                response.raise_for_status()
+                done += 1
+
+        await asyncio.gather(*(submitter() for _ in range(args.submitters)))
+        return done / (time.monotonic() - started)
+
+
+def client_submits(env: dict[str, str], args: argparse.Namespace) -> float:
+    """Documents a second through `client.submit` from `submitters` threads."""
+    settings = settings_from(env)
+    client.submit(unique_pdf(), settings=settings)  # warm: run id, store, broker connection
+    done = [0] * args.submitters
+    stop = time.monotonic() + args.ratio_seconds
+    started = time.monotonic()
+
+    def submitter(i: int) -> None:
+        while time.monotonic() < stop:
+            client.submit(unique_pdf(), settings=settings, metadata={"tenant": "bench"})
+            done[i] += 1
+
+    threads = [threading.Thread(target=submitter, args=(i,)) for i in range(args.submitters)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / (time.monotonic() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--pollers", type=int, default=200)
+    parser.add_argument("--upload-rate", type=float, default=50.0)
+    parser.add_argument("--max-in-flight", type=int, default=200)
+    parser.add_argument("--submitters", type=int, default=8)
+    parser.add_argument("--ratio-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+
+    with ExitStack() as stack:
+        env = stack.enter_context(services(stack))
+        env = {**env, "OCRFLEET_API_RATE_PER_S": "1000000", "OCRFLEET_API_RATE_BURST": "1000000"}
+        os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+        key = ocrfleet_cli(env, "keys", "add", "bench").strip()
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"  # loopback only
+        argv = [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)]
+        argv += ["--log-level", "warning"]
+        stack.enter_context(process(argv, port, env=process_env(env)))
+
+        first = httpx.post(
+            f"{base}/v1/documents",
+            headers={"Authorization": f"Bearer {key}"},
+            files={"file": ("first.pdf", unique_pdf(), "application/pdf")},
+            timeout=120,
+        )
+        first.raise_for_status()
+        doc_id = first.json()["id"]
+
+        print(
+            f"mixed load {args.seconds:.0f} s: {args.pollers} status pollers, "
+            f"{args.upload_rate:g} uploads/s offered"
+        )
+        stats = asyncio.run(mixed(base, key, doc_id, args))
+        stats.report()
+        uploads = len(stats.latencies.get("upload", [])) - len(stats.errors.get("upload", []))
+        print(f"uploads accepted: {uploads} ({uploads / args.seconds:.1f}/s)")
+
+        api_rate = asyncio.run(api_submits(base, key, args))
+        direct_rate = client_submits(env, args)
+        print(f"submit throughput, {args.submitters} in flight: api {api_rate:.1f}/s, "
+              f"client.submit {direct_rate:.1f}/s")
+        print(f"ratio api/client submit: {api_rate / direct_rate:.2f}")
+
+
+if __name__ == "__main__":
+    main()
