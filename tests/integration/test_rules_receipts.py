@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
-from ocrfleet.db.models import Document, Page, Region, ReviewFlag
+from ocrfleet.db.models import Candidate, Document, Page, Region, ReviewFlag
 from ocrfleet.db.session import dispose_engines, session_scope
 from ocrfleet.service import Context, ingest, process_page
 from tests.conftest import REALDOCS
@@ -37,15 +37,19 @@ within = 120
 
 
 def rule_flags(url: str, document_id: int) -> dict[str, str]:
+    """reason -> detail of the document's rule flags; each flag sits on the region whose
+    text holds the offending value."""
     with session_scope(url) as session:
-        return dict(
-            session.execute(
-                select(ReviewFlag.reason, ReviewFlag.detail)
-                .join(Region, Region.id == ReviewFlag.region_id)
-                .join(Page, Page.id == Region.page_id)
-                .where(Page.document_id == document_id, ReviewFlag.reason.like("rule:%"))
-            ).all()
-        )
+        rows = session.execute(
+            select(ReviewFlag.reason, ReviewFlag.detail, Candidate.text)
+            .join(Region, Region.id == ReviewFlag.region_id)
+            .join(Page, Page.id == Region.page_id)
+            .join(Candidate, Candidate.region_id == Region.id)
+            .where(Page.document_id == document_id, ReviewFlag.reason.like("rule:%"))
+        ).all()
+    for _, detail, region_text in rows:
+        assert detail in region_text
+    return {reason: detail for reason, detail, _ in rows}
 
 
 def test_date_and_total_rules_on_real_receipts(tmp_path: Path, sqlite_url: str) -> None:
