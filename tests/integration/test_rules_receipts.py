@@ -1,6 +1,7 @@
 """Business rules on real receipts (SROIE scans beside the checkout), through the real
-pipeline: a date rule and a total-amount rule; one receipt passes both, the other breaks
-the date rule and is flagged `rule:date` with the offending text."""
+pipeline: a date rule and a total-amount rule on the document's text (one receipt passes
+both, the other breaks the date rule and is flagged `rule:date` with the offending text),
+and a region rule that catches an OCR artefact in one region."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ on = "document"
 check = "field"
 label = '(?i)\\btotal\\b'
 within = 120
+
+# Receipt printers print dots, not the ellipsis character: where it appears, OCR made it.
+[rules.ellipsis]
+on = "region"
+check = "regex"
+pattern = '\u2026'
+must_match = false
 """
 
 
@@ -72,8 +80,9 @@ def test_date_and_total_rules_on_real_receipts(tmp_path: Path, sqlite_url: str) 
         ids.append(outcome.document_id)
     passing, failing = ids
 
-    # 001.jpg: "19/10/2018" parses and "TOTAL AMT" is followed by amounts.
-    assert rule_flags(sqlite_url, passing) == {}
+    # 001.jpg: "19/10/2018" parses and "TOTAL AMT" is followed by amounts; one region
+    # reads "ROUNDING ADJ.....…".
+    assert rule_flags(sqlite_url, passing) == {"rule:ellipsis": "\u2026"}
     # 004.jpg prints "18-11-18": two-digit years are not a format the business accepts.
     assert rule_flags(sqlite_url, failing) == {"rule:date": "18-11-18"}
     with session_scope(sqlite_url) as session:
