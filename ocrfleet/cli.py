@@ -186,7 +186,9 @@ def thresholds(
             raise _usage_error("give a DATASET or --from-reviews, not both")
         _thresholds_from_reviews(category, precision, as_json)
         return
-    if dataset is None or not dataset.is_file():
+    if dataset is None:
+        raise _usage_error("give a labelled DATASET, or --from-reviews")
+    if not dataset.is_file():
         raise _usage_error(f"no such dataset: {dataset}")
     rows = run_thresholds(dataset, get_settings())
     if as_json:

@@ -178,12 +178,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_reviews")),
     )
     op.create_index(op.f("ix_reviews_region_id"), "reviews", ["region_id"], unique=False)
+    op.create_index(op.f("ix_reviews_flag_id"), "reviews", ["flag_id"], unique=False)
     op.execute(DOCUMENT_TEXT_LINES)
     op.execute(DOCUMENT_TEXT[op.get_context().dialect.name])
 
 
 def downgrade() -> None:
     _drop_views()
+    op.drop_index(op.f("ix_reviews_flag_id"), table_name="reviews")
     op.drop_index(op.f("ix_reviews_region_id"), table_name="reviews")
     op.drop_table("reviews")
     # Rule flags have no place in 0001's one-flag-per-region table.

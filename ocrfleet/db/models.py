@@ -221,7 +221,7 @@ class Review(Base):
         ForeignKey("regions.id", ondelete="CASCADE"), index=True
     )
     flag_id: Mapped[int | None] = mapped_column(
-        ForeignKey("review_flags.id", ondelete="SET NULL")
+        ForeignKey("review_flags.id", ondelete="SET NULL"), index=True
     )
     reviewer_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     action: Mapped[str] = mapped_column(String(16))

@@ -44,6 +44,7 @@ from ocrfleet.review.queue import (
 from ocrfleet.review.record import ClaimedByOther, ReviewRefused, record_review
 from ocrfleet.review.users import Account, authenticate, get_account
 from ocrfleet.scorers.render import RenderError
+from ocrfleet.storage.base import ObjectNotFound
 
 _templates = Environment(
     loader=PackageLoader("ocrfleet.review", "templates"),
@@ -85,7 +86,8 @@ def page(handler: Handler) -> Handler:
         with session_scope(_settings(request)) as session:
             account = _session_account(request, session)
             if account is None:
-                target = "/login?" + urlencode({"next": request.url.path})
+                wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                target = "/login?" + urlencode({"next": wanted})
                 return RedirectResponse(target, status_code=303)
             return handler(request, session, account)
 
@@ -93,7 +95,8 @@ def page(handler: Handler) -> Handler:
 
 
 def resource(handler: Handler) -> Handler:
-    """A GET route for images: 401 without a login (no redirect to a page)."""
+    """A GET route for images: 401 without a login (no redirect to a page); a page image
+    gone from the store is a 404 that says so, not a server error."""
 
     @functools.wraps(handler)
     def wrapper(request: Request) -> Response:
@@ -101,7 +104,10 @@ def resource(handler: Handler) -> Handler:
             account = _session_account(request, session)
             if account is None:
                 return PlainTextResponse("login required", status_code=401)
-            return handler(request, session, account)
+            try:
+                return handler(request, session, account)
+            except ObjectNotFound as error:
+                return PlainTextResponse(f"page image missing: {error}", status_code=404)
 
     return wrapper
 
@@ -137,7 +143,7 @@ def _int(request: Request, name: str) -> int | None:
 
 def _safe_next(target: str | None) -> str:
     """Only a local path: never send someone off-site after login."""
-    if target and target.startswith("/") and not target.startswith("//"):
+    if target and target.startswith("/") and not target.startswith(("//", "/\\")):
         return target
     return "/queue"
 

@@ -1,6 +1,7 @@
 """Business rules on real receipts (SROIE scans beside the checkout), through the real
-pipeline: a date rule and a total-amount rule; one receipt passes both, the other breaks
-the date rule and is flagged `rule:date` with the offending text."""
+pipeline: a date rule and a total-amount rule on the document's text (one receipt passes
+both, the other breaks the date rule and is flagged `rule:date` with the offending text),
+and a region rule that catches an OCR artefact in one region."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sqlalchemy import select
 
 from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
-from ocrfleet.db.models import Document, Page, Region, ReviewFlag
+from ocrfleet.db.models import Candidate, Document, Page, Region, ReviewFlag
 from ocrfleet.db.session import dispose_engines, session_scope
 from ocrfleet.service import Context, ingest, process_page
 from tests.conftest import REALDOCS
@@ -33,19 +34,30 @@ on = "document"
 check = "field"
 label = '(?i)\\btotal\\b'
 within = 120
+
+# Receipt printers print dots, not the ellipsis character: where it appears, OCR made it.
+[rules.ellipsis]
+on = "region"
+check = "regex"
+pattern = '\u2026'
+must_match = false
 """
 
 
 def rule_flags(url: str, document_id: int) -> dict[str, str]:
+    """reason -> detail of the document's rule flags; each flag sits on the region whose
+    text holds the offending value."""
     with session_scope(url) as session:
-        return dict(
-            session.execute(
-                select(ReviewFlag.reason, ReviewFlag.detail)
-                .join(Region, Region.id == ReviewFlag.region_id)
-                .join(Page, Page.id == Region.page_id)
-                .where(Page.document_id == document_id, ReviewFlag.reason.like("rule:%"))
-            ).all()
-        )
+        rows = session.execute(
+            select(ReviewFlag.reason, ReviewFlag.detail, Candidate.text)
+            .join(Region, Region.id == ReviewFlag.region_id)
+            .join(Page, Page.id == Region.page_id)
+            .join(Candidate, Candidate.region_id == Region.id)
+            .where(Page.document_id == document_id, ReviewFlag.reason.like("rule:%"))
+        ).all()
+    for _, detail, region_text in rows:
+        assert detail in region_text
+    return {reason: detail for reason, detail, _ in rows}
 
 
 def test_date_and_total_rules_on_real_receipts(tmp_path: Path, sqlite_url: str) -> None:
@@ -68,8 +80,9 @@ def test_date_and_total_rules_on_real_receipts(tmp_path: Path, sqlite_url: str) 
         ids.append(outcome.document_id)
     passing, failing = ids
 
-    # 001.jpg: "19/10/2018" parses and "TOTAL AMT" is followed by amounts.
-    assert rule_flags(sqlite_url, passing) == {}
+    # 001.jpg: "19/10/2018" parses and "TOTAL AMT" is followed by amounts; one region
+    # reads "ROUNDING ADJ.....…".
+    assert rule_flags(sqlite_url, passing) == {"rule:ellipsis": "\u2026"}
     # 004.jpg prints "18-11-18": two-digit years are not a format the business accepts.
     assert rule_flags(sqlite_url, failing) == {"rule:date": "18-11-18"}
     with session_scope(sqlite_url) as session:
