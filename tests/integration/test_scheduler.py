@@ -177,6 +177,13 @@ def test_scheduler_scales_up_drains_the_backlog_and_scales_back(
     assert changes[0][:2] == (0, 2) and changes[0][2].startswith("up:")
     assert changes[-1][1] == 0
     assert all(b[0] == a[1] for a, b in zip(changes, changes[1:], strict=False))
+    # Once workers ran, the policy used their own heartbeat numbers, not the defaults.
+    ((measured,),) = rows(
+        url,
+        "SELECT count(*) FROM scaling_decisions WHERE role = 'gpu' "
+        "AND (inputs->>'rate_measured')::boolean AND (inputs->>'startup_measured')::boolean",
+    )
+    assert measured > 0
     explained = ocrfleet_cli(env, "scheduler", "explain", "--changes", "--json")
     assert [(d["current"], d["desired"]) for d in json.loads(explained)][-1] == changes[0][:2]
 
