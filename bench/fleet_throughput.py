@@ -6,8 +6,9 @@ every page goes client.submit -> S3 intake -> ingest task -> page image to S3 ->
 task -> rows in PostgreSQL. Timed from the first submit to the last document done, with
 the workers already up and their models loaded.
 
-Bare: the RapidOCR library itself (`rapidocr.RapidOCR`, its own default pipeline: detect,
-classify, recognise), in N spawned processes with the models loaded before the clock
+Bare: the RapidOCR library itself (`rapidocr.RapidOCR` with its defaults, except the
+text-direction classifier turned off as the fleet's RapidOCR engine has it: detect, then
+recognise), in N spawned processes with the models loaded before the clock
 starts, taking the same page images from one shared queue, with the same onnxruntime
 thread budget per process as each fleet worker (the launcher's share for cpu:N). It has no
 layout, scorer, queue, store or database: the ratio is what the fleet costs against the
@@ -135,6 +136,7 @@ def _bare_worker(
     engine = RapidOCR(
         params={
             "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+            "Global.use_cls": False,
             "Global.log_level": "warning",
         }
     )

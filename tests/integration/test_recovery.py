@@ -13,10 +13,18 @@ from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import text
 
 from ocrfleet import client
+from ocrfleet.db.session import get_engine
 from ocrfleet.scheduler.beat import LOCK_KEY
-from ocrfleet.scheduler.sweeps import message_refs, referenced, requeue_lost
+from ocrfleet.scheduler.sweeps import (
+    expire_page_images,
+    ingest_intake,
+    message_refs,
+    referenced,
+    requeue_lost,
+)
 from ocrfleet.service import Context
 from ocrfleet.service import ingest as ingest_in_process
 from tests.conftest import REPO, free_port
@@ -84,12 +92,14 @@ def test_main_process_killed_mid_page_everything_completes_within_two_minutes(
         while not record.exists():
             assert time.monotonic() < deadline, workers.log_tail()
             time.sleep(0.2)
+        killed_at = time.monotonic()
         # The page's message is stranded in `unacked` by the dead main process.
         conn = redis.Redis.from_url(env["OCRFLEET_BROKER_URL"])
         time.sleep(1)
         assert conn.hlen("unacked") >= 1
 
         states = wait_finished(ids, settings, timeout=120, workers=workers)
+        print(f"every document finished {time.monotonic() - killed_at:.1f}s after the kill")
         assert conn.get(LOCK_KEY) is not None  # this fleet's one beat holds the lock
     finally:
         beat.terminate()
@@ -154,3 +164,48 @@ def test_lost_messages_and_a_submit_while_the_broker_was_down_are_requeued(
     states = wait_finished(ids, settings, timeout=300, workers=workers)
     assert [s.status.value for s in states] == ["done"] * 4, [s.reason for s in states]
     assert_written_once(env["OCRFLEET_DATABASE_URL"])
+
+
+def test_intake_objects_are_submitted_once_and_old_page_images_expire(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    intake = tmp_path / "intake"
+    intake.mkdir()
+    (intake / "a.pdf").write_bytes(make_document(860, 1))
+    (intake / "b.pdf").write_bytes(make_document(861, 1))
+    settings = settings_from({**env, "OCRFLEET_INTAKE_PREFIX": f"file://{intake}"})
+    submitted = ingest_intake(settings)
+    assert len(submitted) == 2
+    assert queue_depths(env["OCRFLEET_BROKER_URL"])["ingest"] == 2
+    assert ingest_intake(settings) == []  # once
+    (intake / "c.pdf").write_bytes(make_document(862, 1))
+    assert len(ingest_intake(settings)) == 1
+
+    # A document finished 31 days ago loses its derived page images; a fresh one keeps them.
+    source = tmp_path / "old.pdf"
+    source.write_bytes(make_document(863, 2))
+    old = ingest_in_process(Context(settings), str(source))
+    source.write_bytes(make_document(864, 1))
+    fresh = ingest_in_process(Context(settings), str(source))
+    url = env["OCRFLEET_DATABASE_URL"]
+    with get_engine(url).begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE documents SET status = 'done', "
+                "updated_at = now() - interval '31 days' WHERE id = :d"
+            ),
+            {"d": old.document_id},
+        )
+        conn.execute(
+            text("UPDATE documents SET status = 'done' WHERE id = :d"), {"d": fresh.document_id}
+        )
+    store = Context(settings).store
+    query = "SELECT image_uri FROM pages WHERE document_id = :d"
+    images = {
+        doc: [store.key_of(uri) for (uri,) in rows(url, query, d=doc)]
+        for doc in (old.document_id, fresh.document_id)
+    }
+    assert expire_page_images(settings) == 2
+    assert not any(store.exists(key) for key in images[old.document_id])
+    assert all(store.exists(key) for key in images[fresh.document_id])
+    assert expire_page_images(settings) == 0

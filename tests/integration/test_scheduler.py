@@ -177,5 +177,28 @@ def test_scheduler_scales_up_drains_the_backlog_and_scales_back(
     assert changes[0][:2] == (0, 2) and changes[0][2].startswith("up:")
     assert changes[-1][1] == 0
     assert all(b[0] == a[1] for a, b in zip(changes, changes[1:], strict=False))
+    # Once workers ran, the policy used their own heartbeat numbers, not the defaults.
+    ((measured,),) = rows(
+        url,
+        "SELECT count(*) FROM scaling_decisions WHERE role = 'gpu' "
+        "AND (inputs->>'rate_measured')::boolean AND (inputs->>'startup_measured')::boolean",
+    )
+    assert measured > 0
     explained = ocrfleet_cli(env, "scheduler", "explain", "--changes", "--json")
     assert [(d["current"], d["desired"]) for d in json.loads(explained)][-1] == changes[0][:2]
+
+
+def test_celery_actuator_grows_and_shrinks_an_ingest_pool(
+    env: dict[str, str], tmp_path: Path, started: list[Workers]
+) -> None:
+    from ocrfleet.scheduler.actuators import CeleryPoolActuator
+
+    splitter = start_workers(env, tmp_path / "ingest.log", queues="ingest", concurrency=1)
+    started.append(splitter)
+    actuator = CeleryPoolActuator(create_app(settings_from(env)), timeout=5)
+    pools = eventually(actuator.pools, 120, "the ingest worker to answer", splitter.log_tail)
+    assert list(pools.values()) == [1] and actuator.current() == 1
+    actuator.apply(3)
+    eventually(lambda: actuator.current() == 3, 60, "the pool to grow", splitter.log_tail)
+    actuator.apply(0)  # never below one process per worker
+    eventually(lambda: actuator.current() == 1, 60, "the pool to shrink", splitter.log_tail)
