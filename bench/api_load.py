@@ -2,7 +2,7 @@
 throughput through the API against `client.submit` called directly.
 
 Services as bench/fleet_throughput.py makes them (a Redis of its own, a throwaway
-PostgreSQL database, moto's S3 server) and one `ocrfleet api` process; no workers, so
+PostgreSQL database, moto's S3 server) and `ocrfleet api --workers N`; no OCR workers, so
 the numbers are the API's own (submissions are enqueued, not processed).
 
 Mixed load, `--seconds` long: `--pollers` clients each polling one document's status in a
@@ -170,6 +170,7 @@ def main() -> None:
     parser.add_argument("--max-in-flight", type=int, default=200)
     parser.add_argument("--submitters", type=int, default=8)
     parser.add_argument("--ratio-seconds", type=float, default=10.0)
+    parser.add_argument("--api-workers", type=int, default=2, help="uvicorn processes")
     args = parser.parse_args()
 
     with ExitStack() as stack:
@@ -180,7 +181,7 @@ def main() -> None:
         port = free_port()
         base = f"http://127.0.0.1:{port}"  # loopback only
         argv = [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)]
-        argv += ["--log-level", "warning"]
+        argv += ["--log-level", "warning", "--workers", str(args.api_workers)]
         stack.enter_context(process(argv, port, env=process_env(env)))
 
         first = httpx.post(
