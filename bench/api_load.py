@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -65,11 +66,12 @@ class Stats:
     def report(self) -> None:
         for kind, values in sorted(self.latencies.items()):
             ms = np.asarray(values) * 1000
-            errors = self.errors.get(kind, [])
+            errors = Counter(error.split(":")[0] for error in self.errors.get(kind, []))
+            kinds = ", ".join(f"{count} {name}" for name, count in errors.most_common())
             print(
                 f"{kind:>7}: {len(values)} requests, p50 {np.percentile(ms, 50):.1f} ms, "
                 f"p95 {np.percentile(ms, 95):.1f} ms, max {ms.max():.1f} ms, "
-                f"errors {len(errors)}" + (f" (first: {errors[0]})" if errors else "")
+                f"errors {errors.total()}" + (f" ({kinds})" if kinds else "")
             )
 
 
