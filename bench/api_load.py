@@ -63,6 +63,14 @@ class Stats:
         if error is not None:
             self.errors.setdefault(kind, []).append(error)
 
+    def skip(self, kind: str, reason: str) -> None:
+        """A request never sent (the in-flight bound): an error, but no latency."""
+        self.errors.setdefault(kind, []).append(f"skipped: {reason}")
+
+    def succeeded(self, kind: str) -> int:
+        sent_failed = [e for e in self.errors.get(kind, []) if not e.startswith("skipped")]
+        return len(self.latencies.get(kind, [])) - len(sent_failed)
+
     def report(self) -> None:
         for kind, values in sorted(self.latencies.items()):
             ms = np.asarray(values) * 1000
@@ -111,7 +119,7 @@ async def mixed(base: str, key: str, doc_id: int, args: argparse.Namespace) -> S
 
             while time.monotonic() < stop:
                 if in_flight.locked():
-                    stats.record("upload", time.perf_counter(), "skipped: too many in flight")
+                    stats.skip("upload", "too many in flight")
                 else:
                     tasks.append(asyncio.create_task(one()))
                 next_at += interval
@@ -201,7 +209,7 @@ def main() -> None:
         )
         stats = asyncio.run(mixed(base, key, doc_id, args))
         stats.report()
-        uploads = len(stats.latencies.get("upload", [])) - len(stats.errors.get("upload", []))
+        uploads = stats.succeeded("upload")
         print(f"uploads accepted: {uploads} ({uploads / args.seconds:.1f}/s)")
 
         api_rate = asyncio.run(api_submits(base, key, args))
