@@ -34,6 +34,9 @@ def api(
         workers=workers,
         log_level=log_level,
         proxy_headers=True,
+        # Longer than uvicorn's 5 s: a client reusing a connection the server is closing
+        # gets a reset, which under load happens often enough to count.
+        timeout_keep_alive=75,
     )
 
 

@@ -1,4 +1,5 @@
-"""What an upload service imports: `submit()`, `status()`, `wait()`. No torch, no models.
+"""What an upload service imports: `submit()`, `status()`, `wait()`, `cancel()`,
+`result()`. No torch, no models.
 
 `submit` makes the document's row itself, as `pending`, keyed on (sha256, run_id) like
 every document, then uploads the bytes to `intake/<sha256>` and enqueues `ocrfleet.ingest`
@@ -285,6 +286,19 @@ def cancel(document_id: int, *, settings: Settings | None = None) -> DocumentSta
     if changed is not None:
         notify_finished(settings, document_id)
     return status(document_id, settings=settings)
+
+
+def result(document_id: int, fmt: str = "text", *, settings: Settings | None = None) -> bytes:
+    """The document's result in `fmt` (`ocrfleet.formats.FORMATS`: text, json, markdown,
+    hocr, alto, pdf), rendered from the stored rows."""
+    from ocrfleet.formats import render_document
+
+    settings = settings or get_settings()
+    with session_scope(settings.database_url) as session:
+        if session.get(models.Document, document_id) is None:
+            raise LookupError(f"no document {document_id}")
+        store = _store(settings) if fmt == "pdf" else None
+        return render_document(session, document_id, fmt, store)
 
 
 def _app(settings: Settings) -> Any:

@@ -69,6 +69,33 @@ def _document_json(doc: models.Document, pages: list[models.Page] | None = None)
     return body
 
 
+class Measure:
+    """ASGI middleware counting requests and timing them per route template (a plain ASGI
+    wrapper: Starlette's BaseHTTPMiddleware costs more than a status lookup does)."""
+
+    def __init__(self, app: Any, requests: Counter, latency: Histogram) -> None:
+        self.app, self.requests, self.latency = app, requests, latency
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def send_status(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.requests.labels(scope["method"], route, str(status[0])).inc()
+            self.latency.labels(scope["method"], route).observe(time.perf_counter() - started)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     keys = KeyCache()
@@ -93,15 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Submit PDFs and images for OCR, follow them, fetch results, cancel.",
     )
 
-    @app.middleware("http")
-    async def _measure(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        requests.labels(request.method, route, str(response.status_code)).inc()
-        latency.labels(request.method, route).observe(time.perf_counter() - started)
-        return response
-
+    app.add_middleware(Measure, requests=requests, latency=latency)
     app.add_middleware(BodyLimit, limit=settings.api_max_upload_bytes)
 
     # Each route opens its own short session: a session held by a yield dependency for the

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from lxml import etree
 
-from ocrfleet import webhooks
+from ocrfleet import client, webhooks
 from ocrfleet.storage import open_store
 from tests.conftest import REPO, free_port, wait_for_port
 from tests.integration.fleet_helpers import (
@@ -198,6 +198,23 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
         "content-type"
     ].startswith("application/pdf")
 
+    # The client renders from the same rows as the API.
+    assert client.result(doc_id, "hocr", settings=settings_from(fleet.env)) == (
+        bodies["hocr"].content
+    )
+
+    # A document already in S3, by URI.
+    store = open_store(settings_from(fleet.env))
+    uri = store.put("elsewhere/by-uri.pdf", make_document(11, 1))
+    by_uri = a.post("/v1/documents", data={"uri": uri, "metadata": '{"source": "s3"}'})
+    assert by_uri.status_code == 202, by_uri.text
+    state = wait_status(a, by_uri.json()["id"], {"done", "failed", "rejected"})
+    assert state["status"] == "done", state
+    assert page_lines(11, 1)[1].split()[1] in a.get(
+        f"/v1/documents/{state['id']}/result", params={"format": "text"}
+    ).text
+    assert a.post("/v1/documents", data={"uri": "file:///etc/passwd"}).status_code == 422
+
     # Tenant B sees nothing of A's; no key, no access.
     for response in (
         b.get(f"/v1/documents/{doc_id}"),
@@ -206,19 +223,22 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
     ):
         assert response.status_code == 404, response.text
     assert b.get("/v1/documents").json() == {"documents": [], "next": None}
-    listed = a.get("/v1/documents", params={"status": "done"}).json()
+    listed = a.get("/v1/documents", params={"status": "done", "limit": 1}).json()
     assert [d["id"] for d in listed["documents"]] == [doc_id]
+    after = a.get("/v1/documents", params={"status": "done", "after": listed["next"]}).json()
+    assert [d["id"] for d in after["documents"]] == [state["id"]] and after["next"] is None
+    since = a.get("/v1/documents", params={"since": "2999-01-01T00:00:00Z"}).json()
+    assert since["documents"] == []
     assert httpx.get(f"{fleet.base}/v1/documents/{doc_id}").status_code == 401
     assert a.delete(f"/v1/documents/{doc_id}").status_code == 409  # finished already
 
     # Over the upload limit: 413, and nothing new in the store or the database.
-    store = open_store(settings_from(fleet.env))
     before = store.list("intake/")
     big = make_document(8, 1) + b"\0" * UPLOAD_LIMIT
     refused = a.post("/v1/documents", files={"file": ("big.pdf", big, "application/pdf")})
     assert refused.status_code == 413, refused.text
     assert store.list("intake/") == before
-    assert scalar(url, "SELECT count(*) FROM documents") == 1
+    assert scalar(url, "SELECT count(*) FROM documents") == 2
     # A private callback URL is refused when not allowed (the API allows loopback here).
     refused = a.post(
         "/v1/documents",
