@@ -170,11 +170,14 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
     )
     assert set(event["results"]) == set(webhooks.RESULT_FORMATS)
     url = fleet.env["OCRFLEET_DATABASE_URL"]
+    deadline = time.monotonic() + 60  # the worker records the attempt after the response
+    while scalar(url, "SELECT callback_state FROM documents") != "delivered":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     assert rows(url, "SELECT attempt, status_code FROM deliveries ORDER BY attempt") == [
         (1, 500),
         (2, 204),
     ]
-    assert scalar(url, "SELECT callback_state FROM documents") == "delivered"
     assert not webhooks.notify_finished(settings_from(fleet.env), doc_id)  # claimed once
 
     state = a.get(f"/v1/documents/{doc_id}").json()
