@@ -1,4 +1,5 @@
-"""Read-side queries: what `ocrfleet run`, `results` and `status` print."""
+"""Read-side queries: the summaries `ocrfleet run` prints, and which document a reference
+names (results themselves are rendered by `ocrfleet.formats`)."""
 
 from __future__ import annotations
 

@@ -255,6 +255,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             doc = owned(session, document_id, tenant)
             if doc.status in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
                 raise HTTPException(409, f"document {document_id} is still {doc.status}")
+            if not doc.page_count:  # rejected or failed before it was split
+                raise HTTPException(
+                    409, f"document {document_id} has no pages: {doc.status}: {doc.reason}"
+                )
             store = open_store(settings) if format == "pdf" else None
             body = render_document(session, document_id, format, store)
         return Response(body, media_type=FORMATS[format])

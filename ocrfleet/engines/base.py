@@ -43,6 +43,7 @@ class WordRecogniser(Recogniser, Protocol):
 
     def recognise_words(
         self, crops: list[Image.Image]
-    ) -> list[tuple[str, float | None, list[ir.Word]]]:
-        """As `recognise`, plus each crop's words in crop pixels."""
+    ) -> list[tuple[str, float | None, list[ir.Word] | None]]:
+        """As `recognise`, plus each crop's words in crop pixels (None where the engine
+        could not place them: the recognise stage places them proportionally)."""
         ...

@@ -232,12 +232,15 @@ class RapidRecogniser:
 
     def recognise_words(
         self, crops: list[Image.Image]
-    ) -> list[tuple[str, float | None, list[ir.Word]]]:
+    ) -> list[tuple[str, float | None, list[ir.Word] | None]]:
+        """As `recognise`, plus each crop's words in crop pixels (None: no boxes for it)."""
         arrays = [_to_bgr(c) for c in crops]
         by_width: dict[int, list[int]] = {}
         for i, array in enumerate(arrays):
             by_width.setdefault(self._padded_width(array), []).append(i)
-        results: list[tuple[str, float | None, list[ir.Word]]] = [("", None, [])] * len(arrays)
+        results: list[tuple[str, float | None, list[ir.Word] | None]] = [("", None, [])] * len(
+            arrays
+        )
         for width, ids in sorted(by_width.items()):
             for start in range(0, len(ids), self.batch_size):
                 chunk = ids[start : start + self.batch_size]
@@ -272,35 +275,42 @@ class RapidRecogniser:
         return padded
 
 
-def _word_boxes(text: str, info: Any, width: int, height: int) -> list[ir.Word]:
-    """rapidocr's word boxes (CTC column positions scaled to the crop), full crop height,
-    each word's confidence the mean of its characters'."""
-    if not text.strip() or not info.words:
+def _word_boxes(text: str, info: Any, width: int, height: int) -> list[ir.Word] | None:
+    """The words of `text` (split on whitespace) with boxes from rapidocr's character boxes
+    (CTC column positions scaled to the crop), full crop height; each word's confidence is
+    the mean of its characters'. None when the characters and boxes do not pair up."""
+    words_text = text.split()
+    if not words_text:
         return []
+    if not info.words:
+        return None
     quad = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
-    texts, boxes, _ = CalRecBoxes().cal_ocr_word_box(text, quad, info)
-    if texts != ["".join(word) for word in info.words]:
-        return []  # mixed scripts come back per character: no word boxes then
-    # rapidocr's confidences are per decoded character, spaces included; words skip spaces.
+    _, boxes, _ = CalRecBoxes().cal_ocr_word_box(text, quad, info, return_single_char_box=True)
+    # rapidocr's confidences are per decoded character, spaces included; boxes skip spaces.
     confs = list(info.confs or [])
-    char_confs = [confs[i] for i, char in enumerate(text) if not char.isspace() and i < len(confs)]
-    spans = [(min(p[0] for p in box), max(p[0] for p in box)) for box in boxes]
+    chars = [(i, char) for i, char in enumerate(text) if not char.isspace()]
+    if len(boxes) != len(chars):
+        return None
+    spans, scores, seen = [], [], 0
+    for word in words_text:
+        cells = boxes[seen : seen + len(word)]
+        spans.append((min(c[0][0] for c in cells), max(c[1][0] for c in cells)))
+        scores.append([confs[i] for i, _ in chars[seen : seen + len(word)] if i < len(confs)])
+        seen += len(word)
     for i in range(len(spans) - 1):  # neighbours that overlap meet halfway, as rapidocr's
         (a0, a1), (b0, b1) = spans[i], spans[i + 1]
         if a1 > b0:
             middle = (a1 + b0) / 2
             spans[i], spans[i + 1] = (a0, middle), (middle, b1)
-    words, seen = [], 0
-    for word, (left, right) in zip(texts, spans, strict=True):
+    words = []
+    for word, (left, right), word_scores in zip(words_text, spans, scores, strict=True):
         x0 = int(min(max(left, 0), width))
         x1 = int(min(max(right, x0), width))
-        scores = char_confs[seen : seen + len(word)]
-        seen += len(word)
         words.append(
             ir.Word(
                 text=word,
                 bbox=ir.BBox(x0=x0, y0=0, x1=x1, y1=height),
-                confidence=float(np.mean(scores)) if scores else None,
+                confidence=float(np.mean(word_scores)) if word_scores else None,
             )
         )
     return words

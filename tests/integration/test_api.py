@@ -170,11 +170,14 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
     )
     assert set(event["results"]) == set(webhooks.RESULT_FORMATS)
     url = fleet.env["OCRFLEET_DATABASE_URL"]
+    deadline = time.monotonic() + 60  # the worker records the attempt after the response
+    while scalar(url, "SELECT callback_state FROM documents") != "delivered":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     assert rows(url, "SELECT attempt, status_code FROM deliveries ORDER BY attempt") == [
         (1, 500),
         (2, 204),
     ]
-    assert scalar(url, "SELECT callback_state FROM documents") == "delivered"
     assert not webhooks.notify_finished(settings_from(fleet.env), doc_id)  # claimed once
 
     state = a.get(f"/v1/documents/{doc_id}").json()
@@ -215,6 +218,13 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
     ).text
     assert a.post("/v1/documents", data={"uri": "file:///etc/passwd"}).status_code == 422
 
+    # Bad input ends rejected with its reason, and has no result to give.
+    junk = a.post("/v1/documents", files={"file": ("notes.pdf", b"plain text\n" * 20)})
+    rejected = wait_status(a, junk.json()["id"], {"rejected", "failed", "done"})
+    assert rejected["status"] == "rejected" and rejected["reason"], rejected
+    no_result = a.get(f"/v1/documents/{rejected['id']}/result", params={"format": "alto"})
+    assert no_result.status_code == 409 and "no pages" in no_result.text
+
     # Tenant B sees nothing of A's; no key, no access.
     for response in (
         b.get(f"/v1/documents/{doc_id}"),
@@ -238,7 +248,7 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
     refused = a.post("/v1/documents", files={"file": ("big.pdf", big, "application/pdf")})
     assert refused.status_code == 413, refused.text
     assert store.list("intake/") == before
-    assert scalar(url, "SELECT count(*) FROM documents") == 2
+    assert scalar(url, "SELECT count(*) FROM documents") == 3
     # A private callback URL is refused when not allowed (the API allows loopback here).
     refused = a.post(
         "/v1/documents",

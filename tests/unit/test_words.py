@@ -153,3 +153,23 @@ def test_words_survive_the_database(tmp_path, candidates) -> None:
             assert load_page_result(session, page_id) == result
     finally:
         dispose_engines()
+
+
+def test_mixed_script_line_gets_a_box_per_word() -> None:
+    """rapidocr boxes Chinese per character; words are still the text's own words."""
+    from PIL import ImageFont
+
+    face = ImageFont.truetype("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc", 28)
+    image = Image.new("RGB", (700, 50), "white")
+    draw = ImageDraw.Draw(image)
+    x, ink = 10, []
+    for word in ["发票号码", "4417", "total", "中文"]:
+        draw.text((x, 5), word, fill="black", font=face)
+        ink.append(draw.textbbox((x, 5), word, font=face))
+        x += round(draw.textlength(word + " ", font=face))
+    ((text, _, words),) = RapidRecogniser().recognise_words([image])
+    assert text == "发票号码 4417 total 中文"
+    assert [w.text for w in words] == text.split()
+    for word, (x0, _, x1, _) in zip(words, ink, strict=True):
+        inside = min(word.bbox.x1, x1) - max(word.bbox.x0, x0)
+        assert inside / (x1 - x0) >= 0.8, (word, (x0, x1))
