@@ -16,6 +16,29 @@ from ocrfleet.db.models import Run
 from ocrfleet.db.upsert import upsert
 
 RUN_SCHEMA = 1  # bump when the meaning of the pipeline changes without a setting changing
+# Libraries whose version can change output; a missing one is recorded as None.
+LIBRARIES = (
+    "onnxruntime",
+    "opencv-python",
+    "pillow",
+    "pypdfium2",
+    "rapid-layout",
+    "rapidocr",
+    "torch",
+    "transformers",
+)
+
+
+def library_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def canonical_json(value: Any) -> str:
@@ -35,6 +58,8 @@ def run_config(settings: Settings) -> dict[str, Any]:
         "engines": describe_engines(settings),
         "scorer": describe_scorer(settings),
         "thresholds": {c: settings.threshold(c) for c in ("text", "formula", "table")},
+        "layout": settings.layout,
+        "libraries": library_versions(),
     }
     if settings.rules is not None:  # only when set: runs without rules keep their ids
         from ocrfleet.pipeline.rules import rules_sha256

