@@ -143,7 +143,8 @@ def explain(
         ]
         typer.echo(json.dumps(payload, indent=2))
         return
-    table = Table("when", "pool", "size", "why", "backlog", "oldest s", "rate", "startup s")
+    columns = ("when", "pool", "size", "why", "backlog high+normal", "oldest s", "rate")
+    table = Table(*columns, "startup s")
     for r in rows:
         inputs = r.inputs or {}
         ages = inputs.get("oldest_age_s") or {}
@@ -153,7 +154,7 @@ def explain(
             f"{r.role} ({r.actuator}{'' if r.applied else ', dry run'})",
             f"{r.current} -> {r.desired}" if r.current != r.desired else str(r.desired),
             r.reason,
-            json.dumps(inputs.get("backlog")),
+            "{high}+{normal}".format(**{"high": 0, "normal": 0, **inputs.get("backlog", {})}),
             "" if oldest is None else f"{oldest:.0f}",
             f"{inputs.get('rate', 0):.2f}{'' if inputs.get('rate_measured') else '*'}",
             f"{inputs.get('startup_s', 0):.0f}{'' if inputs.get('startup_measured') else '*'}",
