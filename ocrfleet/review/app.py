@@ -28,7 +28,8 @@ from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.db.models import Page
 from ocrfleet.db.session import session_scope
-from ocrfleet.report import document_text
+from ocrfleet.formats import text as text_format
+from ocrfleet.formats.document import load_document
 from ocrfleet.review import images
 from ocrfleet.review.auth import CSRF_FIELD, LoginThrottle, csrf_ok, csrf_token
 from ocrfleet.review.queue import (
@@ -332,7 +333,7 @@ def document_view(request: Request, session: Session, account: Account) -> Respo
         "document.html",
         account,
         document=detail,
-        text=document_text(session, detail.id),
+        text=text_format.render(load_document(session, detail.id)),
         states=STATES,
         colours={k: "#{:02x}{:02x}{:02x}".format(*v) for k, v in images.COLOURS.items()},
     )
