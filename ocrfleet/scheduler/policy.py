@@ -118,7 +118,7 @@ class PoolParams:
     device_cap: int | None = None
     target_fraction: float = 1.0
     arrival_tau_s: float | None = None  # moving-average window; None: the normal SLO
-    hysteresis: float = 0.0  # spare capacity a smaller pool must keep over the recent need
+    hysteresis: float = 0.2  # spare capacity a smaller pool must keep over the recent need
     down_step: float = 0.25  # fraction of the pool removed per scale-down
     down_cooldown_s: float = 120.0
     idle_loads: float = 5.0
@@ -255,7 +255,8 @@ def decide(
     # Bursts shorter than the normal SLO are the queue's to absorb (the backlog terms below
     # see them at once), so the arrival rate is averaged over about that long.
     tau = params.arrival_tau_s or params.slo_s["normal"]
-    arrivals = _arrival_rate(state, demand, now, tau) or 0.0
+    measured = _arrival_rate(state, demand, now, tau)
+    arrivals = measured or 0.0
     current = state.target
     floor = params.min_workers
     for window in params.prewarm:
@@ -359,7 +360,7 @@ def decide(
         direction=direction or state.direction,
         flips=flips,
         idle_since=idle_since,
-        arrival_rate=arrivals,
+        arrival_rate=measured,  # None until two ticks measured it: the first one seeds it
         pages_total=demand.arrivals_total,
         seen_at=now,
         needs=needs,
