@@ -5,11 +5,14 @@ that keep coming, before the oldest waiting page of that priority reaches
 `target_fraction` of its SLO (and in any case before the SLO itself). A worker added now
 only helps after its start-up time (its measured model load), so additions are sized on
 the time left after start-up, and the running ones are counted for the whole period.
+In steady state the pool is the arrival rate (averaged over about the normal SLO) over a
+worker's rate, with no extra headroom: queueing is what the backlog terms size for.
 
 Shape of the response: up at once, to the full size needed (one step per spike); down
-slowly, one quarter of the pool at a time, only when the smaller pool would still have
-`hysteresis` spare capacity, and only `down_cooldown_s` after the last change, so a pool
-does not flap. To the minimum (zero for device pools) only after the pool has been idle
+slowly, one quarter of the pool at a time, only when the smaller pool keeps `hysteresis`
+spare capacity over the largest need of the last cooldown, and only a cooldown after the
+last change (`down_cooldown_s`, never under `idle_loads` start-ups), so a pool does not
+flap. To the minimum (zero for device pools) only after the pool has been idle
 for several model load times: restarting costs a model load. Pre-warm windows (cron) raise
 the minimum before known peaks. Never more device workers than devices.
 """

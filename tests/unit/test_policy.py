@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 import math
 import random
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
