@@ -229,15 +229,17 @@ def _arrival_rate(state: PoolState, demand: Demand, now: float, tau_s: float) ->
 def needed_capacity(
     backlog: float, arrivals: float, rate: float, deadline_s: float, running: int, startup_s: float
 ) -> float:
-    """Workers (fractional) so that `backlog` plus `deadline_s` of arrivals is done by the
-    deadline, counting `running` workers for all of it and any new one only after `startup_s`."""
+    """Workers (fractional) so that every page of `backlog`, and of `deadline_s` of arrivals,
+    has started by the deadline. A running worker holds one of the backlog's pages now and
+    starts `rate * deadline_s` more; a new one starts pages only after `startup_s`."""
     work = backlog + arrivals * deadline_s
     if work <= 0:
         return 0.0
-    if running * rate * deadline_s >= work:
-        return work / (rate * deadline_s)
-    useful = max(deadline_s - startup_s, deadline_s * 0.1)
-    return running + (work - running * rate * deadline_s) / (rate * useful)
+    per_running = rate * deadline_s + 1
+    if running * per_running >= work:
+        return work / per_running
+    per_new = rate * max(deadline_s - startup_s, deadline_s * 0.1) + 1
+    return running + (work - running * per_running) / per_new
 
 
 def needed_workers(
