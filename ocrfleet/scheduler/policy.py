@@ -1,10 +1,11 @@
 """How many workers a pool should run: pure functions over a `Snapshot`, no I/O.
 
-Target tracking on two signals per priority: the backlog must drain, with the arrivals
-that keep coming, before the oldest waiting page of that priority reaches
-`target_fraction` of its SLO (and in any case before the SLO itself). A worker added now
-only helps after its start-up time (its measured model load), so additions are sized on
-the time left after start-up, and the running ones are counted for the whole period.
+Target tracking on two signals per priority: every page of the backlog, and of the
+arrivals that keep coming, must have started before the oldest page of that priority
+reaches `target_fraction` of its SLO (and in any case before the SLO itself); a running
+worker holds one page of the backlog already. A worker added now only helps after its
+start-up time (its measured model load), so additions are sized on the time left after
+start-up, and the running ones are counted for the whole period.
 In steady state the pool is the arrival rate (averaged over about the normal SLO) over a
 worker's rate, with no extra headroom: queueing is what the backlog terms size for.
 

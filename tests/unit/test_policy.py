@@ -16,6 +16,7 @@ from ocrfleet.scheduler.policy import (
     Prewarm,
     cron_matches,
     decide,
+    needed_capacity,
     needed_workers,
     parse_prewarm,
 )
@@ -67,8 +68,8 @@ def run(
 
 
 def test_a_backlog_is_sized_to_drain_before_the_slo_counting_start_up() -> None:
-    # 900 pages, 0.5 pages/s per worker, the 900 s SLO to drain them, 10 s start-up:
-    # 900 / (0.5 * (900 - 10)) = 2.02 -> 3 new workers.
+    # 900 pages, 0.5 pages/s per worker, all started within the 900 s SLO, 10 s start-up:
+    # 900 / (0.5 * (900 - 10) + 1) = 2.02 -> 3 new workers.
     (decision, _) = decide(demand(normal=900, age_normal=0.0), PoolState(), PARAMS, 0.0)
     assert decision.desired == 3
     assert decision.reason.startswith("up: normal")
@@ -227,7 +228,17 @@ def test_needed_workers_counts_running_ones_fully() -> None:
     assert needed_workers(0, 0, 1.0, 100, 3, 10) == 0
     assert needed_workers(100, 0, 1.0, 100, 0, 0) == 1
     assert needed_workers(100, 0, 1.0, 100, 2, 50) == 1  # the running ones suffice
-    assert needed_workers(300, 0, 1.0, 100, 2, 50) == 2 + 2  # 100 left / (1.0 * 50)
+    # Each running worker starts 1.0 * 100 pages and holds one: 98 left / (1.0 * 50 + 1).
+    assert needed_workers(300, 0, 1.0, 100, 2, 50) == 2 + 2
+
+
+def test_pages_already_running_need_no_new_workers() -> None:
+    """The SLO is met once a page has started: 4 workers on 4 pages, 10 s before the
+    deadline of 30 s pages, are enough (draining them would have asked for 12)."""
+    assert needed_capacity(4, 0, 1 / 30, 10, 4, 7) <= 4
+    assert needed_workers(4, 0, 1 / 30, 10, 4, 7) <= 4
+    # Four more waiting pages than workers do need more.
+    assert needed_workers(8, 0, 1 / 30, 10, 4, 7) > 4
 
 
 def test_cron_windows() -> None:
