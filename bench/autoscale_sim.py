@@ -347,6 +347,12 @@ def main() -> None:
         policy = runs["policy"]
         ratio = policy.worker_s / runs[f"static peak {peak}"].worker_s
         all_held &= all(policy.p95(p) <= slo[p] for p in slo)
+        busy = sum(pages for _, pages, _ in docs) / rate / runs[f"static peak {peak}"].worker_s
+        print(
+            f"{trace.name:8} peak {peak} = highest 5-minute page rate of these arrivals "
+            f"({peak_rate(docs, trace.duration_s) / rate:.2f} workers' worth, mean "
+            f"{mean_pages / rate:.2f}); busy worker-seconds / peak {busy:.2f} (no fleet is below)"
+        )
         print(
             f"{trace.name:8} policy/peak worker-seconds {ratio:.2f}; policy/mean "
             f"{policy.worker_s / runs[f'static mean {mean}'].worker_s:.2f}; "

@@ -1,15 +1,19 @@
 """How many workers a pool should run: pure functions over a `Snapshot`, no I/O.
 
-Target tracking on two signals per priority: the backlog must drain, with the arrivals
-that keep coming, before the oldest waiting page of that priority reaches
-`target_fraction` of its SLO (and in any case before the SLO itself). A worker added now
-only helps after its start-up time (its measured model load), so additions are sized on
-the time left after start-up, and the running ones are counted for the whole period.
+Target tracking on two signals per priority: every page of the backlog, and of the
+arrivals that keep coming, must have started before the oldest page of that priority
+reaches `target_fraction` of its SLO (and in any case before the SLO itself); a running
+worker holds one page of the backlog already. A worker added now only helps after its
+start-up time (its measured model load), so additions are sized on the time left after
+start-up, and the running ones are counted for the whole period.
+In steady state the pool is the arrival rate (averaged over about the normal SLO) over a
+worker's rate, with no extra headroom: queueing is what the backlog terms size for.
 
 Shape of the response: up at once, to the full size needed (one step per spike); down
-slowly, one quarter of the pool at a time, only when the smaller pool would still have
-`hysteresis` spare capacity, and only `down_cooldown_s` after the last change, so a pool
-does not flap. To the minimum (zero for device pools) only after the pool has been idle
+slowly, one quarter of the pool at a time, only when the smaller pool keeps `hysteresis`
+spare capacity over the largest need of the last cooldown, and only a cooldown after the
+last change (`down_cooldown_s`, never under `idle_loads` start-ups), so a pool does not
+flap. To the minimum (zero for device pools) only after the pool has been idle
 for several model load times: restarting costs a model load. Pre-warm windows (cron) raise
 the minimum before known peaks. Never more device workers than devices.
 """
@@ -24,7 +28,6 @@ from typing import Any
 from ocrfleet.scheduler.signals import Snapshot
 from ocrfleet.tasks import routing
 
-ARRIVAL_TAU_S = 300.0  # the arrival rate is a moving average over about five minutes
 IDLE_RATE = 1e-3  # arrivals/s below this count as none
 
 
@@ -117,9 +120,9 @@ class PoolParams:
     default_rate: float
     default_startup_s: float
     device_cap: int | None = None
-    target_fraction: float = 0.5
-    headroom: float = 0.1  # steady state: run at most 1/(1+headroom) utilised
-    hysteresis: float = 0.2  # extra spare capacity a smaller pool must keep
+    target_fraction: float = 1.0
+    arrival_tau_s: float | None = None  # moving-average window; None: the normal SLO
+    hysteresis: float = 0.2  # spare capacity a smaller pool must keep over the recent need
     down_step: float = 0.25  # fraction of the pool removed per scale-down
     down_cooldown_s: float = 120.0
     idle_loads: float = 5.0
@@ -146,7 +149,7 @@ class PoolState:
     arrival_rate: float | None = None
     pages_total: int | None = None
     seen_at: float | None = None
-    needs: tuple[tuple[float, int], ...] = ()  # (time, need) over the stabilisation window
+    needs: tuple[tuple[float, float], ...] = ()  # (time, need) over the stabilisation window
 
 
 @dataclass(frozen=True)
@@ -213,30 +216,39 @@ def demand_of(snapshot: Snapshot, role: str) -> Demand:
     )
 
 
-def _arrival_rate(state: PoolState, demand: Demand, now: float) -> float | None:
+def _arrival_rate(state: PoolState, demand: Demand, now: float, tau_s: float) -> float | None:
     if state.pages_total is None or state.seen_at is None or now <= state.seen_at:
         return state.arrival_rate
     elapsed = now - state.seen_at
     sample = max(0, demand.arrivals_total - state.pages_total) / elapsed
     if state.arrival_rate is None:
         return sample
-    alpha = 1.0 - math.exp(-elapsed / ARRIVAL_TAU_S)
+    alpha = 1.0 - math.exp(-elapsed / tau_s)
     return alpha * sample + (1 - alpha) * state.arrival_rate
+
+
+def needed_capacity(
+    backlog: float, arrivals: float, rate: float, deadline_s: float, running: int, startup_s: float
+) -> float:
+    """Workers (fractional) so that every page of `backlog`, and of `deadline_s` of arrivals,
+    has started by the deadline. A running worker holds one of the backlog's pages now and
+    starts `rate * deadline_s` more; a new one starts pages only after `startup_s`."""
+    work = backlog + arrivals * deadline_s
+    if work <= 0:
+        return 0.0
+    per_running = rate * deadline_s + 1
+    if running * per_running >= work:
+        return work / per_running
+    per_new = rate * max(deadline_s - startup_s, deadline_s * 0.1) + 1
+    return running + (work - running * per_running) / per_new
 
 
 def needed_workers(
     backlog: float, arrivals: float, rate: float, deadline_s: float, running: int, startup_s: float
 ) -> int:
-    """Fewest workers so that `backlog` plus `deadline_s` of arrivals is done by the deadline,
-    counting `running` workers for all of it and any new one only after `startup_s`."""
-    work = backlog + arrivals * deadline_s
-    if work <= 0:
-        return 0
-    if running * rate * deadline_s >= work:
-        return max(1, math.ceil(work / (rate * deadline_s)))
-    useful = max(deadline_s - startup_s, deadline_s * 0.1)
-    extra = (work - running * rate * deadline_s) / (rate * useful)
-    return running + math.ceil(extra)
+    """`needed_capacity` in whole workers."""
+    need = needed_capacity(backlog, arrivals, rate, deadline_s, running, startup_s)
+    return max(1, math.ceil(need - 1e-9)) if need > 0 else 0
 
 
 def decide(
@@ -246,7 +258,11 @@ def decide(
     demand = snapshot_demand
     rate = demand.rate or params.default_rate
     startup = demand.startup_s if demand.startup_s is not None else params.default_startup_s
-    arrivals = _arrival_rate(state, demand, now) or 0.0
+    # Bursts shorter than the normal SLO are the queue's to absorb (the backlog terms below
+    # see them at once), so the arrival rate is averaged over about that long.
+    tau = params.arrival_tau_s or params.slo_s["normal"]
+    measured = _arrival_rate(state, demand, now, tau)
+    arrivals = measured or 0.0
     current = state.target
     floor = params.min_workers
     for window in params.prewarm:
@@ -258,7 +274,7 @@ def decide(
     # Per priority: high preempts normal, so normal's deadline covers both backlogs.
     # Arrivals of a priority are not measured apart: high gets the share it has of the
     # backlog, normal (which waits behind high anyway) all of them.
-    need, binding, cumulative = 0, "", 0.0
+    need_f, binding, cumulative = 0.0, "", 0.0
     deadlines = {}
     backlog_total = sum(demand.backlog.values())
     for priority in ("high", "normal"):
@@ -270,22 +286,27 @@ def decide(
         if cumulative <= 0:
             continue
         share = 1.0 if priority == "normal" else cumulative / backlog_total
-        n = needed_workers(cumulative, arrivals * share, rate, deadline, current, startup)
-        if n > need:
-            need, binding = n, priority
-    steady = math.ceil(arrivals * (1 + params.headroom) / rate) if arrivals > IDLE_RATE else 0
-    if steady > need:
-        need, binding = steady, "arrivals"
-    # What a smaller pool must still cover: `hysteresis` more spare capacity than growing
-    # asks for, so arrival-rate noise around a boundary moves nothing.
-    roomy = params.headroom + params.hysteresis
-    need_down = max(need, math.ceil(arrivals * (1 + roomy) / rate) if arrivals > IDLE_RATE else 0)
+        n = needed_capacity(cumulative, arrivals * share, rate, deadline, current, startup)
+        if n > need_f:
+            need_f, binding = n, priority
+    # The arrival rate itself, with no headroom: queueing is what the backlog terms above
+    # (sized on each priority's SLO) are for.
+    steady = arrivals / rate if arrivals > IDLE_RATE else 0.0
+    if steady > need_f:
+        need_f, binding = steady, "arrivals"
+    need = max(1, math.ceil(need_f - 1e-9)) if need_f > 0 else 0
 
-    # Scale-down follows the largest need of the last `down_cooldown_s` (a stabilisation
-    # window, as Kubernetes' HPA does), so one quiet tick between bursts removes nothing.
-    needs = tuple((at, n) for at, n in state.needs if now - at < params.down_cooldown_s)
-    needs += ((now, need_down),)
+    # Scale-down follows the largest need of the last cooldown (a stabilisation window, as
+    # Kubernetes' HPA does), so one quiet tick between bursts removes nothing, and keeps
+    # `hysteresis` spare capacity over it: a pool that grows when the need passes its size
+    # shrinks only when the need is clearly below it, so noise between the two moves nothing.
+    # Removing a worker that is needed again costs a start-up, so the cooldown is never
+    # shorter than `idle_loads` start-ups.
+    cooldown = max(params.down_cooldown_s, params.idle_loads * startup)
+    needs = tuple((at, n) for at, n in state.needs if now - at < cooldown)
+    needs += ((now, need_f),)
     recent_need = max(n for _, n in needs)
+    keep_need = math.ceil(recent_need * (1 + params.hysteresis) - 1e-9)
 
     idle = backlog_total == 0 and arrivals <= IDLE_RATE
     idle_since = (state.idle_since if state.idle_since is not None else now) if idle else None
@@ -303,13 +324,15 @@ def decide(
         "arrival_rate": arrivals,
         "deadline_s": deadlines,
         "need": need,
-        "recent_need": recent_need,
+        "need_exact": round(need_f, 3),
+        "recent_need": round(recent_need, 3),
+        "cooldown_s": cooldown,
         "floor": floor,
         "ceiling": ceiling,
         "idle_for_s": idle_for,
     }
 
-    cooled = now - state.changed_at >= params.down_cooldown_s
+    cooled = now - state.changed_at >= cooldown
     desired, reason = current, "hold"
     if need > current:
         desired = min(need, ceiling)
@@ -321,12 +344,12 @@ def decide(
     elif current > max(floor, 1):
         # Down only when the pool is clearly too big (`hysteresis`), a step at a time, and
         # one worker stays warm until the pool has been idle long enough.
-        keep = max(floor, 1, recent_need)
+        keep = max(floor, 1, keep_need)
         if keep < current:
             if cooled:
                 step = max(1, math.floor(current * params.down_step))
                 desired = max(keep, current - step)
-                reason = f"down: at most {recent_need} needed of {current} lately"
+                reason = f"down: at most {recent_need:.1f} needed of {current} lately"
             else:
                 reason = f"hold: cooling down ({now - state.changed_at:.0f}s since the last change)"
     if desired < floor:
@@ -343,7 +366,7 @@ def decide(
         direction=direction or state.direction,
         flips=flips,
         idle_since=idle_since,
-        arrival_rate=arrivals,
+        arrival_rate=measured,  # None until two ticks measured it: the first one seeds it
         pages_total=demand.arrivals_total,
         seen_at=now,
         needs=needs,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -14,6 +16,7 @@ from ocrfleet.scheduler.policy import (
     Prewarm,
     cron_matches,
     decide,
+    needed_capacity,
     needed_workers,
     parse_prewarm,
 )
@@ -65,14 +68,17 @@ def run(
 
 
 def test_a_backlog_is_sized_to_drain_before_the_slo_counting_start_up() -> None:
-    # 900 pages, 0.5 pages/s per worker, half the 900 s SLO to drain them, 10 s start-up:
-    # 900 / (0.5 * (450 - 10)) = 4.09 -> 5 new workers.
+    # 900 pages, 0.5 pages/s per worker, all started within the 900 s SLO, 10 s start-up:
+    # 900 / (0.5 * (900 - 10) + 1) = 2.02 -> 3 new workers.
     (decision, _) = decide(demand(normal=900, age_normal=0.0), PoolState(), PARAMS, 0.0)
-    assert decision.desired == 5
+    assert decision.desired == 3
     assert decision.reason.startswith("up: normal")
     # A slower start-up costs more workers for the same backlog.
-    slow = decide(demand(normal=900, age_normal=0.0, startup=300.0), PoolState(), PARAMS, 0.0)
+    slow = decide(demand(normal=900, age_normal=0.0, startup=500.0), PoolState(), PARAMS, 0.0)
     assert slow[0].desired > decision.desired
+    # ... and a longer scale-down cooldown: removing a worker costs a start-up to undo.
+    assert decision.inputs["cooldown_s"] == 300.0
+    assert slow[0].inputs["cooldown_s"] == 5 * 500.0
 
 
 def test_an_old_page_tightens_the_deadline() -> None:
@@ -100,9 +106,9 @@ def test_fast_up_slow_down_with_cooldown() -> None:
     busy = [demand(normal=900, age_normal=0.0, total=0)]
     quiet = [demand(normal=0, total=0) for _ in range(200)]  # 2000 s of nothing new
     targets = run(busy + quiet)
-    assert targets[0] == 5  # all at once
+    assert targets[0] == 3  # all at once
     # Nothing is removed during the cooldown / stabilisation window ...
-    assert targets[1:30] == [5] * 29
+    assert targets[1:30] == [3] * 29
     # ... then, idle for longer than 5 load times, it goes to the minimum and stays.
     assert targets[30:] == [0] * (len(targets) - 30)
 
@@ -145,6 +151,72 @@ def test_noise_around_a_boundary_does_not_flap() -> None:
     assert targets[-1] == 4
 
 
+def _poisson_pages(rng: random.Random, pages_per_s: float, seconds: int) -> int:
+    """Pages arriving in `seconds`: Poisson documents of 1 to 8 pages."""
+    pages = 0
+    for _ in range(seconds):
+        limit, p = math.exp(-pages_per_s / 4.5), rng.random()
+        while p > limit:
+            pages += rng.randint(1, 8)
+            p *= rng.random()
+    return pages
+
+
+def _replay(rate_of, seconds: int, seed: int) -> tuple[list[int], PoolState]:
+    """Tick every 10 s over Poisson arrivals; each worker does 0.5 pages/s of the backlog."""
+    rng, state, total, backlog, targets = random.Random(seed), PoolState(), 0, 0.0, []
+    for i in range(seconds // 10):
+        now = i * 10.0
+        new = _poisson_pages(rng, rate_of(now), 10)
+        total += new
+        backlog = max(0.0, backlog + new - state.target * 0.5 * 10)
+        step = demand(normal=round(backlog), age_normal=0.0 if backlog else None, total=total)
+        decision, state = decide(step, state, PARAMS, now)
+        targets.append(decision.desired)
+    return targets, state
+
+
+def _direction_changes(targets: list[int]) -> int:
+    moves = [b - a for a, b in zip(targets, targets[1:], strict=False) if b != a]
+    return sum(1 for a, b in zip(moves, moves[1:], strict=False) if (a > 0) != (b > 0)) + bool(
+        moves
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_poisson_noise_on_a_steady_load_does_not_flap(seed: int) -> None:
+    """Four workers' worth of 1-8 page documents for two hours."""
+    targets, _ = _replay(lambda _t: 2.0, 7200, seed)
+    settled = targets[180:]  # after the first half hour (the cold start)
+    assert max(settled) - min(settled) <= 2
+    # A reversal at most every half hour, never two within one cooldown.
+    assert _direction_changes(settled) <= 4
+    changes = [i for i, (a, b) in enumerate(zip(settled, settled[1:], strict=False)) if a != b]
+    assert all(b - a >= 30 for a, b in zip(changes, changes[1:], strict=False))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_ten_times_spike_is_one_way_up_then_one_way_down(seed: int) -> None:
+    """10x the base load for 5 minutes after an hour: up, then down, no re-growth."""
+    def rate(t: float) -> float:
+        return 1.0 * (10 if 3600 <= t < 3900 else 1)
+
+    targets, _ = _replay(rate, 7200, seed)
+    spike = targets[359:360 + 180]  # from just before the spike to 30 minutes after it
+    assert max(spike) >= 10
+    assert _direction_changes(spike) <= 2
+
+
+def test_never_more_device_workers_than_devices_even_for_a_spike() -> None:
+    capped = replace(PARAMS, device_cap=2, max_workers=50)
+    state, total = PoolState(), 0
+    for i in range(60):
+        total += 200
+        step = demand(normal=5000, age_normal=i * 10.0, total=total)
+        decision, state = decide(step, state, capped, i * 10.0)
+        assert decision.desired <= 2
+
+
 def test_the_decision_carries_its_inputs() -> None:
     decision, _ = decide(demand(normal=50, age_normal=30.0, rate=None), PoolState(), PARAMS, 0.0)
     assert decision.inputs["rate"] == 0.5 and decision.inputs["rate_measured"] is False
@@ -156,7 +228,17 @@ def test_needed_workers_counts_running_ones_fully() -> None:
     assert needed_workers(0, 0, 1.0, 100, 3, 10) == 0
     assert needed_workers(100, 0, 1.0, 100, 0, 0) == 1
     assert needed_workers(100, 0, 1.0, 100, 2, 50) == 1  # the running ones suffice
-    assert needed_workers(300, 0, 1.0, 100, 2, 50) == 2 + 2  # 100 left / (1.0 * 50)
+    # Each running worker starts 1.0 * 100 pages and holds one: 98 left / (1.0 * 50 + 1).
+    assert needed_workers(300, 0, 1.0, 100, 2, 50) == 2 + 2
+
+
+def test_pages_already_running_need_no_new_workers() -> None:
+    """The SLO is met once a page has started: 4 workers on 4 pages, 10 s before the
+    deadline of 30 s pages, are enough (draining them would have asked for 12)."""
+    assert needed_capacity(4, 0, 1 / 30, 10, 4, 7) <= 4
+    assert needed_workers(4, 0, 1 / 30, 10, 4, 7) <= 4
+    # Four more waiting pages than workers do need more.
+    assert needed_workers(8, 0, 1 / 30, 10, 4, 7) > 4
 
 
 def test_cron_windows() -> None:
