@@ -35,6 +35,7 @@ class RegionView:
     engine: str | None  # whose words these are; None when no engine read the final text
     confidence: float | None
     decision: ir.Decision | None
+    review: ir.Review | None  # a person's last word on the region, whose text `text` is
     candidates: list[ir.Candidate]
     scores: list[ir.Score]
 
@@ -94,6 +95,7 @@ def union(boxes: Any) -> ir.BBox:
 
 def region_views(result: ir.PageResult) -> list[RegionView]:
     decisions = {d.region_number: d for d in result.decisions}
+    reviews = {r.region_number: r for r in result.reviews}
     views = []
     for region in result.regions:
         own = [c for c in result.candidates if c.region_number == region.number]
@@ -116,6 +118,7 @@ def region_views(result: ir.PageResult) -> list[RegionView]:
                 engine=engine,
                 confidence=confidence,
                 decision=decision,
+                review=reviews.get(region.number),
                 candidates=own,
                 scores=[s for s in result.scores if s.region_number == region.number],
             )

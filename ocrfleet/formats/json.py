@@ -22,6 +22,18 @@ def _word(word: ir.Word) -> dict[str, Any]:
     }
 
 
+def _review(review: ir.Review | None) -> dict[str, Any] | None:
+    if review is None:
+        return None
+    return {
+        "action": review.action.value,
+        "engine": review.engine,
+        "text": review.text,
+        "reviewer": review.reviewer,
+        "reviewed_at": review.reviewed_at.isoformat(),
+    }
+
+
 def _region(view: RegionView) -> dict[str, Any]:
     decision = view.decision
     return {
@@ -35,6 +47,7 @@ def _region(view: RegionView) -> dict[str, Any]:
         "accepted": decision.accepted if decision else None,
         "chosen_engine": decision.chosen_engine if decision else None,
         "flag": decision.flag_reason if decision else None,
+        "review": _review(view.review),
         "words": [_word(w) for w in view.words],
         "candidates": [
             {
@@ -42,6 +55,9 @@ def _region(view: RegionView) -> dict[str, Any]:
                 "text": c.text,
                 "confidence": c.confidence,
                 "error": c.error,
+                "truncated": c.truncated,
+                "read_as": c.read_as,
+                "skipped": c.skipped,
                 "scores": [
                     {
                         "scorer": s.scorer,
