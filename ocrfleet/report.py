@@ -24,6 +24,7 @@ class DocumentSummary:
     regions: int
     flagged: int
     mean_confidence: float | None
+    reasons: tuple[str, ...] = ()  # the document's reason, then each failed page's
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +67,13 @@ def document_summaries(session: Session, document_ids: list[int]) -> list[Docume
             .group_by(models.Page.document_id)
         ).all()
     )
+    page_reasons: dict[int, list[str]] = {}
+    for doc_id, number, reason in session.execute(
+        select(models.Page.document_id, models.Page.number, models.Page.reason)
+        .where(models.Page.document_id.in_(docs), models.Page.status == "failed")
+        .order_by(models.Page.document_id, models.Page.number)
+    ):
+        page_reasons.setdefault(doc_id, []).append(f"page {number}: {reason}")
     return [
         DocumentSummary(
             document_id=doc.id,
@@ -79,6 +87,7 @@ def document_summaries(session: Session, document_ids: list[int]) -> list[Docume
             mean_confidence=(
                 None if confidences.get(doc.id) is None else float(confidences[doc.id])
             ),
+            reasons=tuple(([doc.reason] if doc.reason else []) + page_reasons.get(doc.id, [])),
         )
         for doc in (docs[i] for i in document_ids)
     ]
@@ -100,12 +109,21 @@ def resolve_document(session: Session, ref: str) -> int | None:
     )
 
 
-def document_text(session: Session, document_id: int) -> str:
-    """The document's text in reading order, from the `document_text` view."""
-    value = session.execute(
-        text("SELECT text FROM document_text WHERE document_id = :id"), {"id": document_id}
-    ).scalar_one_or_none()
-    return value or ""
+def page_texts(session: Session, document_id: int) -> list[str]:
+    """Each page's text in reading order, from the `document_text_lines` view; a page
+    without text (or not done) is ''."""
+    doc = session.get(models.Document, document_id)
+    count = (doc.page_count or 0) if doc is not None else 0
+    lines: dict[int, list[str]] = {}
+    for number, line in session.execute(
+        text(
+            "SELECT page_number, text FROM document_text_lines WHERE document_id = :id "
+            "ORDER BY page_number, region_number"
+        ),
+        {"id": document_id},
+    ):
+        lines.setdefault(int(number), []).append(line or "")
+    return ["\n".join(lines.get(number, [])) for number in range(1, count + 1)]
 
 
 def document_json(session: Session, document_id: int) -> dict[str, Any]:

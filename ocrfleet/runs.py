@@ -25,6 +25,7 @@ def canonical_json(value: Any) -> str:
 def run_config(settings: Settings) -> dict[str, Any]:
     """Every setting and model fingerprint that changes output, without loading any model."""
     from ocrfleet.engines import describe_engines
+    from ocrfleet.pipeline.orient import classifier_version
     from ocrfleet.scorers import describe_scorer
 
     return {
@@ -35,6 +36,10 @@ def run_config(settings: Settings) -> dict[str, Any]:
         "engines": describe_engines(settings),
         "scorer": describe_scorer(settings),
         "thresholds": {c: settings.threshold(c) for c in ("text", "formula", "table")},
+        "orientation": {
+            "version": classifier_version(),
+            "min_confidence": settings.orientation_min_confidence,
+        },
     }
 
 

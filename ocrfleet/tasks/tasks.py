@@ -14,16 +14,13 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import kombu.exceptions
-import redis.exceptions
 from celery import Task
 from celery.exceptions import Reject, Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
-from sqlalchemy import exc as sa_exc
 
 from ocrfleet import service
 from ocrfleet.config import get_settings
-from ocrfleet.storage import StorageError
+from ocrfleet.errors import describe, is_transient
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.app import app
 from ocrfleet.tasks.signals import bind_log_context, page_started
@@ -47,30 +44,6 @@ def context() -> service.Context:
     if _context is None:
         _context = service.Context(get_settings())
     return _context
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether trying again later can help: throttling, 5xx, a lost connection."""
-    if isinstance(exc, StorageError):
-        return not exc.permanent
-    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(
-        exc,
-        sa_exc.OperationalError
-        | sa_exc.InterfaceError
-        | sa_exc.TimeoutError
-        | redis.exceptions.ConnectionError
-        | redis.exceptions.TimeoutError
-        | kombu.exceptions.OperationalError
-        | ConnectionError
-        | TimeoutError,
-    )
-
-
-def describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:1000]
 
 
 def backoff(retries: int) -> int:
