@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     # Robustness (issue 8): every library cache and temp file of a process goes here, never
     # under $HOME; page orientation is corrected when the classifier is this sure.
     cache_dir: Path = Path("./ocrfleet-cache")
-    orientation_min_confidence: float = Field(0.9, ge=0.0, le=1.0)
+    orientation_min_confidence: float = Field(0.6, ge=0.0, le=1.0)
 
     @field_validator("engines", mode="before")
     @classmethod

