@@ -264,7 +264,13 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
 
     image = load_image(ctx.store.get(ctx.store.key_of(image_uri)))
     toolkit = ctx.toolkit
-    image, orientation = upright(image, toolkit.orienter, ctx.settings.orientation_min_confidence)
+    image, orientation = upright(
+        image,
+        toolkit.orienter,
+        ctx.settings.orientation_min_confidence,
+        toolkit.detector,
+        toolkit.recognisers[0],
+    )
     result = process_image(number, image, toolkit)
     output_sha256 = hashlib.sha256(canonical_json(result.model_dump(mode="json")).encode())
 

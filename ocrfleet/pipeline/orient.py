@@ -26,7 +26,11 @@ import numpy as np
 from PIL import Image
 
 from ocrfleet import ir, offline  # noqa: F401  (offline: telemetry off before onnxruntime)
+from ocrfleet.engines.base import Detector, Recogniser
 
+_PROBE_LINES = 8  # widest lines read to check a proposed turn
+_INK_SIDE = 2048  # the ink box is found on the page reduced to about this long side
+_INK_LEVEL = 160  # grey levels below this are ink
 _SHORT_SIDE = 256
 _CROP = 224
 _MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
@@ -86,8 +90,13 @@ class OrientationClassifier:
         self._input = self._session.get_inputs()[0].name
 
     def classify(self, page: Image.Image) -> tuple[int, float]:
-        """(angle, probability) of the most likely turn of `page`'s content."""
-        bgr = np.asarray(page.convert("RGB"))[:, :, ::-1]
+        """(angle, probability) of the most likely turn of `page`'s content; (0, 0.0) for a
+        page without ink. The classifier sees the ink's bounding box, not the whole page:
+        on a large page with little text the text would otherwise shrink to specks."""
+        box = ink_box(page)
+        if box is None:
+            return 0, 0.0
+        bgr = np.asarray(page.crop(box).convert("RGB"))[:, :, ::-1]
         h, w = bgr.shape[:2]
         scale = _SHORT_SIDE / min(h, w)
         size = (max(_CROP, round(w * scale)), max(_CROP, round(h * scale)))
@@ -100,14 +109,62 @@ class OrientationClassifier:
         return self._angles[best], float(probabilities[best])
 
 
+def ink_box(page: Image.Image) -> tuple[int, int, int, int] | None:
+    """The bounding box of the page's dark pixels, with a margin; None on a blank page."""
+    gray = page.convert("L")
+    factor = max(1, max(gray.size) // _INK_SIDE)
+    small = gray.reduce(factor) if factor > 1 else gray
+    box = small.point(lambda v: 255 if v < _INK_LEVEL else 0).getbbox()
+    if box is None:
+        return None
+    x0, y0, x1, y1 = (v * factor for v in box)
+    margin = max(8, (x1 - x0 + y1 - y0) // 40)
+    return (
+        max(0, x0 - margin),
+        max(0, y0 - margin),
+        min(page.width, x1 + margin),
+        min(page.height, y1 + margin),
+    )
+
+
 def upright(
-    page: Image.Image, classifier: OrientationClassifier, min_confidence: float
+    page: Image.Image,
+    classifier: OrientationClassifier,
+    min_confidence: float,
+    detector: Detector,
+    recogniser: Recogniser,
 ) -> tuple[Image.Image, ir.Orientation]:
-    """`page` turned upright when the classifier is at least `min_confidence` sure that its
-    content is turned; otherwise `page` itself. Pages too small to classify stay as they are."""
+    """`page` turned upright, with what was found.
+
+    The classifier is right on whole pages but guesses on a page with one short line (it
+    sees a crop of 224 px), so a turn it proposes with at least `min_confidence` is checked
+    before it is made: the page is read at each candidate turn (0 and 180; or 0, 90 and 270
+    when it proposes a sideways page) and the turn under which the recogniser reads the
+    most text confidently wins, 0 on a tie. Pages the classifier calls upright cost
+    nothing more. Pages too small to classify stay as they are."""
     if min(page.size) < 16:
         return page, ir.Orientation(angle=0, confidence=0.0, applied=False)
     angle, confidence = classifier.classify(page)
-    applied = angle != 0 and confidence >= min_confidence
-    orientation = ir.Orientation(angle=angle, confidence=round(confidence, 4), applied=applied)
-    return (page.transpose(_UNDO[angle]) if applied else page), orientation
+    confidence = round(confidence, 4)
+    if angle == 0 or confidence < min_confidence:
+        return page, ir.Orientation(angle=angle, confidence=confidence, applied=False)
+    candidates = (0, 90, 270) if angle in (90, 270) else (0, 180)
+    turned = {a: page if a == 0 else page.transpose(_UNDO[a]) for a in candidates}
+    evidence = {a: readable_text(image, detector, recogniser) for a, image in turned.items()}
+    best = max(candidates, key=lambda a: (evidence[a], a == 0))
+    orientation = ir.Orientation(angle=best or angle, confidence=confidence, applied=best != 0)
+    return turned[best], orientation
+
+
+def readable_text(
+    page: Image.Image, detector: Detector, recogniser: Recogniser, lines: int = _PROBE_LINES
+) -> float:
+    """How much text the recogniser reads confidently on `page`: the sum over its
+    `lines` widest detected lines of characters times confidence."""
+    from ocrfleet.pipeline.regions import crop
+
+    regions = sorted(detector.detect(page), key=lambda r: r.bbox.width, reverse=True)[:lines]
+    crops = [crop(page, r.bbox) for r in regions if r.bbox.width > 0 and r.bbox.height > 0]
+    if not crops:
+        return 0.0
+    return sum(len(text.strip()) * (conf or 0.0) for text, conf in recogniser.recognise(crops))
