@@ -112,7 +112,7 @@ def run(
     or page never stops the run."""
     from ocrfleet.report import document_summaries
     from ocrfleet.service import Context, ingest, record_unreadable, run_page
-    from ocrfleet.storage import AccessDenied, ObjectNotFound
+    from ocrfleet.storage import StorageError
     from ocrfleet.storage.local import storable_uri
 
     settings = get_settings()
@@ -134,7 +134,7 @@ def run(
             uri = storable_uri(str(path.absolute()))
             try:
                 outcomes.append(ingest(ctx, uri))
-            except (ObjectNotFound, AccessDenied) as exc:
+            except StorageError as exc:  # vanished, no permission, an I/O error
                 outcomes.append(record_unreadable(ctx, uri, exc))
     pages = [page_id for outcome in outcomes for page_id in outcome.page_ids]
 
@@ -265,7 +265,11 @@ def thresholds(
 
     if not dataset.is_file():
         raise _usage_error(f"no such dataset: {dataset}")
-    rows = run_thresholds(dataset, get_settings())
+    settings = get_settings()
+    try:
+        rows = run_thresholds(dataset, settings)
+    except ValueError as exc:  # a bad line of the dataset, named with its line number
+        raise _usage_error(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps([row._asdict() for row in rows], indent=2) + "\n")
     else:

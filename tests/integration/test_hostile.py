@@ -6,6 +6,7 @@ store object is left for a rejected input; no input restarts a worker."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -296,3 +297,40 @@ def test_the_fleet_survives_the_corpus(
     done = {states[ids[k.name]].sha256 for k in made if k.state == "done"}
     assert stored == done
     assert VANISHED in {kind.filename for kind in made}
+
+
+def test_a_page_or_input_that_raises_fails_alone(sqlite_url: str, tmp_path: Path) -> None:
+    """Real faults, no mocks: a page image gone from the store fails its page (the document
+    ends partial, the next page is read); a store that cannot take an input's pages fails
+    that document with the exception's first line, and the next input still ingests."""
+    from ocrfleet import ir
+    from ocrfleet.config import Settings
+    from ocrfleet.db import models
+    from ocrfleet.db.migrate import upgrade
+    from ocrfleet.service import Context, ingest, run_page
+    from tests.integration.fleet_helpers import make_pdf
+
+    upgrade(sqlite_url)
+    store = tmp_path / "store"
+    ctx = Context(Settings(database_url=sqlite_url, store_url=f"file://{store}", dpi=100))
+    outcome = ingest(ctx, "upload/two.pdf", data=make_pdf([["Page one"], ["Harbour 1702"]]))
+    first, second = outcome.page_ids
+    with ctx.session() as session:
+        ctx.store.delete(ctx.store.key_of(session.get(models.Page, first).image_uri))
+    assert run_page(ctx, first) == ir.PageStatus.failed
+    assert run_page(ctx, second) == ir.PageStatus.done
+    with ctx.session() as session:
+        page = session.get(models.Page, first)
+        assert page.reason.startswith("ObjectNotFound: get ")
+        doc = session.get(models.Document, outcome.document_id)
+        assert (doc.status, doc.pages_done, doc.pages_failed) == ("partial", 1, 1)
+
+    blocked = make_pdf([["Blocked"]])
+    sha = hashlib.sha256(blocked).hexdigest()
+    (store / "derived" / sha).parent.mkdir(parents=True, exist_ok=True)
+    (store / "derived" / sha).write_bytes(b"a file where the page folder must go")
+    failed = ingest(ctx, "upload/blocked.pdf", data=blocked)
+    assert failed.status == ir.DocumentStatus.failed and failed.page_ids == []
+    assert failed.reason.startswith("StorageError: put ")
+    after = ingest(ctx, "upload/next.pdf", data=make_pdf([["Next one"]]))
+    assert after.status == ir.DocumentStatus.processing and len(after.page_ids) == 1
