@@ -332,9 +332,8 @@ def gc(
     settings = get_settings()
     _ensure_schema(settings.database_url)
     found = collect_garbage(settings, delete=delete)
-    out = Console(highlight=False)
     for key in found.keys:
-        out.print(key, markup=False)
+        sys.stdout.write(key + "\n")
     verb = "deleted" if delete else "unreferenced (dry run; --delete removes them)"
     console.print(f"{len(found.keys)} object(s) {verb}; {found.kept} referenced", markup=False)
 
