@@ -17,9 +17,27 @@ class ConfigError(ValueError):
 
 
 def describe(exc: BaseException) -> str:
-    """`ExcClass: first line of the message`, at most 1000 characters: a row's `reason`."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:1000]
+    """`ExcClass: first line of the message`, at most 1000 characters: a row's `reason`.
+    A message that is itself a traceback (onnxruntime wrappers do that) gives its last
+    line, the error it ends with."""
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    line = text[0] if text else ""
+    if line.startswith("Traceback (most recent call last)"):
+        line = text[-1].strip()
+    return f"{type(exc).__name__}: {line}"[:1000]
+
+
+def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `exc` or anything in its chain of causes is a `kind` (a library that wraps
+    a time-limit signal in its own exception still timed out)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def settings_error(exc: Any, prefix: str = "OCRFLEET_") -> str:

@@ -20,7 +20,7 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from ocrfleet import service
 from ocrfleet.config import get_settings
-from ocrfleet.errors import describe, is_transient
+from ocrfleet.errors import caused_by, describe, is_transient
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.app import app
 from ocrfleet.tasks.signals import bind_log_context, page_started
@@ -64,6 +64,8 @@ def _guard(task: Task, work: Callable[[], T], give_up: Callable[[str], T]) -> T:
     except SoftTimeLimitExceeded:
         return _give_up(give_up, f"timeout: over the soft time limit of {limit}s")
     except Exception as exc:
+        if caused_by(exc, SoftTimeLimitExceeded):  # e.g. wrapped by rapidocr's session
+            return _give_up(give_up, f"timeout: over the soft time limit of {limit}s")
         retries = task.request.retries
         if not is_transient(exc):
             log.warning("permanent error, not retrying: %s", describe(exc), exc_info=True)

@@ -254,7 +254,13 @@ def test_the_fleet_survives_the_corpus(
     is delivered twice, no worker restarts, nothing is stored for a rejected input."""
     import boto3
 
-    env = {**env, **SETTINGS}
+    # Pages of 4 to 6 detector windows: room for a loaded 2-core machine.
+    limits = {
+        "OCRFLEET_TASK_SOFT_TIME_LIMIT": "400",
+        "OCRFLEET_TASK_TIME_LIMIT": "450",
+        "OCRFLEET_VISIBILITY_TIMEOUT": "500",
+    }
+    env = {**env, **SETTINGS, **limits}
     settings = settings_from(env)
     made = build(tmp_path / "inputs")
     ids: dict[str, int] = {}
