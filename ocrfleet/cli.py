@@ -1,10 +1,16 @@
-"""`ocrfleet`: the command line. Exit codes: 0 all done, 1 some inputs rejected or failed,
-2 usage error."""
+"""`ocrfleet`: the command line.
+
+Exit codes, the same for every command: 0 all done; 1 some input rejected, or some
+document or page failed; 2 usage or configuration error (one line, nothing processed);
+3 internal error of ocrfleet (one line; the traceback is in OCRFLEET_CACHE_DIR/ocrfleet.log).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -15,36 +21,84 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ocrfleet import errors
 from ocrfleet.config import get_settings
+from ocrfleet.storage.local import display_uri
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help=__doc__,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
 app.add_typer(db_app, name="db")
 console = Console(stderr=True)
+log = logging.getLogger("ocrfleet")
 
 INPUT_SUFFIXES = {".pdf", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".gif", ".webp", ".bmp"}
+LOG_NAME = "ocrfleet.log"
 
 
 def _usage_error(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
-    return typer.Exit(2)
+    console.print(f"error: {message}", markup=False, highlight=False)
+    return typer.Exit(errors.EXIT_USAGE)
 
 
-def collect_inputs(paths: list[Path]) -> list[Path]:
-    """Files as given, and folders searched recursively for inputs, in a stable order."""
+def collect_inputs(
+    paths: list[Path], ignore: tuple[Path, ...] = ()
+) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(inputs, skipped with why): files as given, and folders searched recursively for
+    PDFs and images in a stable order. In folders, links are not followed (so no loop can
+    form), and other types, special files, unreadable folders and `ignore` (ocrfleet's own
+    store and cache) are skipped and named."""
     found: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
+    ignored = {p.resolve() for p in ignore}
     for path in paths:
         if path.is_dir():
-            found.extend(
-                p
-                for p in sorted(path.rglob("*"))
-                if p.is_file() and p.suffix.lower() in INPUT_SUFFIXES
-            )
+            _walk(path, found, skipped, ignored)
         elif path.is_file():
             found.append(path)
+        elif path.exists() or path.is_symlink():
+            raise _usage_error(f"not a file or directory: {display_uri(str(path))}")
         else:
-            raise _usage_error(f"no such file or directory: {path}")
-    return found
+            raise _usage_error(f"no such file or directory: {display_uri(str(path))}")
+    return found, skipped
+
+
+def _walk(
+    folder: Path, found: list[Path], skipped: list[tuple[Path, str]], ignored: set[Path]
+) -> None:
+    def refuse(error: OSError) -> None:
+        skipped.append((Path(error.filename), "cannot list the folder: permission denied"))
+
+    for dirpath, dirnames, filenames in os.walk(folder, onerror=refuse):
+        here = Path(dirpath)
+        for name in sorted(dirnames):
+            sub = here / name
+            if sub.is_symlink():
+                skipped.append((sub, "link to a folder: not followed"))
+                dirnames.remove(name)
+            elif sub.resolve() in ignored:
+                dirnames.remove(name)
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = here / name
+            try:
+                mode = path.lstat().st_mode
+            except OSError:
+                skipped.append((path, "vanished while listing"))
+                continue
+            if stat.S_ISLNK(mode):
+                skipped.append((path, "link: not followed"))
+            elif not stat.S_ISREG(mode):
+                skipped.append((path, "not a regular file"))
+            elif path.suffix.lower() not in INPUT_SUFFIXES:
+                skipped.append((path, f"unsupported type {path.suffix or '(no extension)'}"))
+            else:
+                found.append(path)
 
 
 @app.command()
@@ -52,14 +106,25 @@ def run(
     paths: Annotated[list[Path], typer.Argument(help="files or folders (recursive)")],
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
-    """Process inputs in this process, on the embedded defaults unless configured otherwise."""
+    """Process inputs in this process, on the embedded defaults unless configured otherwise.
+
+    Every input ends done, rejected (with a reason) or failed (with a reason); one bad input
+    or page never stops the run."""
     from ocrfleet.pipeline.rules import RulesError
     from ocrfleet.report import document_summaries
-    from ocrfleet.service import Context, ingest, process_page
+    from ocrfleet.service import Context, ingest, record_unreadable, run_page
+    from ocrfleet.storage import StorageError
+    from ocrfleet.storage.local import storable_uri
 
     settings = get_settings()
-    inputs = collect_inputs(paths)
+    ignore = (settings.cache_dir,)
+    if settings.store_url.startswith("file://"):
+        from ocrfleet.storage.local import file_uri_to_path
+
+        ignore += (file_uri_to_path(settings.store_url),)
+    inputs, skipped = collect_inputs(paths, ignore)
     if not inputs:
+        _print_skipped(skipped)
         raise _usage_error("no PDF or image inputs found")
     _ensure_schema(settings.database_url)
     ctx = Context(settings)
@@ -71,7 +136,11 @@ def run(
     outcomes = []
     with console.status(f"splitting {len(inputs)} input(s)"):
         for path in inputs:
-            outcomes.append(ingest(ctx, str(path.resolve())))
+            uri = storable_uri(str(path.absolute()))
+            try:
+                outcomes.append(ingest(ctx, uri))
+            except StorageError as exc:  # vanished, no permission, an I/O error
+                outcomes.append(record_unreadable(ctx, uri, exc))
     pages = [page_id for outcome in outcomes for page_id in outcome.page_ids]
 
     started = time.monotonic()
@@ -86,47 +155,73 @@ def run(
     ) as progress:
         bar = progress.add_task("pages", total=len(pages), rate=0.0)
         for done, page_id in enumerate(pages, start=1):
-            process_page(ctx, page_id)
+            run_page(ctx, page_id)
             elapsed = time.monotonic() - started
             progress.update(bar, completed=done, rate=done / elapsed if elapsed else 0.0)
 
     with ctx.session() as session:
         rows = document_summaries(session, [o.document_id for o in outcomes])
-    _print_summary(rows, [str(p) for p in inputs], as_json)
+    names = [display_uri(str(p)) for p in inputs]
+    _print_summary(rows, names, skipped, as_json)
     if any(row.status not in ("done", "reviewed") for row in rows):
-        raise typer.Exit(1)
+        raise typer.Exit(errors.EXIT_FAILED)
 
 
-def _print_summary(rows: list, names: list[str], as_json: bool) -> None:
+def _print_summary(
+    rows: list, names: list[str], skipped: list[tuple[Path, str]], as_json: bool
+) -> None:
     if as_json:
         payload = [{"input": name, **row.as_dict()} for name, row in zip(names, rows, strict=True)]
+        skips = [{"path": display_uri(str(p)), "why": why} for p, why in skipped]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        if skips:
+            console.print(f"skipped {len(skips)} file(s): {json.dumps(skips)}", markup=False)
         return
-    table = Table(title="ocrfleet run")
-    for column in ("document", "id", "pages", "regions", "flagged", "mean conf", "status"):
+    out = Console(highlight=False)
+    table = Table(title="ocrfleet run", title_justify="left")
+    for column in ("document", "id", "pages", "regions", "flagged", "conf", "status"):
         table.add_column(
-            column, justify="left" if column == "document" else "right", overflow="fold"
+            column, justify="left" if column in ("document", "status") else "right",
+            overflow="fold",
         )
     for name, row in zip(names, rows, strict=True):
-        name = _short(name)
-        status = row.status if not row.reason else f"{row.status}: {row.reason}"
         conf = "" if row.mean_confidence is None else f"{row.mean_confidence:.3f}"
         table.add_row(
-            name,
+            _short(name),
             str(row.document_id),
-            str(row.pages),
+            f"{row.pages_done}/{row.pages}" if row.pages else "0",
             str(row.regions),
             str(row.flagged),
             conf,
-            status,
+            row.status,
         )
-    Console().print(table)
+    out.print(table)
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    totals = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    out.print(f"{len(rows)} input(s): {totals}", markup=False)
+    for name, row in zip(names, rows, strict=True):
+        if row.status != "done":
+            out.print(f"  {row.status} {_short(name)} (id {row.document_id})", markup=False)
+            for reason in row.reasons:
+                out.print(f"      {reason}", markup=False, overflow="fold")
+    _print_skipped(skipped, out)
 
 
 def _short(path: str) -> str:
     """The path as the user would write it from here, or the file name if far away."""
     relative = os.path.relpath(path)
     return relative if not relative.startswith("../..") else Path(path).name
+
+
+def _print_skipped(skipped: list[tuple[Path, str]], out: Console | None = None) -> None:
+    if not skipped:
+        return
+    out = out or console
+    out.print(f"skipped {len(skipped)} file(s) in the folders given:", markup=False)
+    for path, why in skipped:
+        out.print(f"  {_short(display_uri(str(path)))}: {why}", markup=False, overflow="fold")
 
 
 @app.command()
@@ -139,10 +234,11 @@ def results(
         Path | None, typer.Option("--output", "-o", help="write here instead of stdout")
     ] = None,
 ) -> None:
-    """Print (or write) a document's result in one of the output formats."""
+    """Print (or write) a document's result in one of the output formats (text: pages
+    separated by a form feed). Exits 1, saying why on stderr, if the document is not done."""
     from ocrfleet.db.session import session_scope
     from ocrfleet.formats import FORMATS, render_document
-    from ocrfleet.report import resolve_document
+    from ocrfleet.report import document_summaries, resolve_document
     from ocrfleet.storage import open_store
 
     if fmt not in FORMATS:
@@ -152,14 +248,22 @@ def results(
     with session_scope(settings.database_url) as session:
         document_id = resolve_document(session, doc)
         if document_id is None:
-            raise _usage_error(f"no document matches {doc!r}")
+            raise _usage_error(f"no document matches {display_uri(doc)!r}")
+        summary = document_summaries(session, [document_id])[0]
         store = open_store(settings) if fmt == "pdf" else None
         data = render_document(session, document_id, fmt, store)
     if output is not None:
         output.write_bytes(data)
-    else:
+    elif data:
         sys.stdout.buffer.write(data if data.endswith(b"\n") or fmt == "pdf" else data + b"\n")
         sys.stdout.flush()
+    if summary.status not in ("done", "reviewed"):
+        console.print(
+            f"document {document_id} is {summary.status}"
+            + "".join(f"\n  {reason}" for reason in summary.reasons),
+            markup=False,
+        )
+        raise typer.Exit(errors.EXIT_FAILED)
 
 
 @app.command()
@@ -190,7 +294,11 @@ def thresholds(
         raise _usage_error("give a labelled DATASET, or --from-reviews")
     if not dataset.is_file():
         raise _usage_error(f"no such dataset: {dataset}")
-    rows = run_thresholds(dataset, get_settings())
+    settings = get_settings()
+    try:
+        rows = run_thresholds(dataset, settings)
+    except ValueError as exc:  # a bad line of the dataset, named with its line number
+        raise _usage_error(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps([row._asdict() for row in rows], indent=2) + "\n")
     else:
@@ -303,8 +411,97 @@ from ocrfleet.api_cli import register as _register_api_commands  # noqa: E402
 _register_api_commands(app)
 
 
-def main() -> None:
-    app()
+@app.command()
+def gc(
+    delete: Annotated[
+        bool, typer.Option("--delete", help="delete them (default: only list them)")
+    ] = False,
+) -> None:
+    """List the store's page images and intake objects that no database row references;
+    `--delete` removes them. Run it while nothing is ingesting."""
+    from ocrfleet.gc import collect_garbage
+
+    settings = get_settings()
+    _ensure_schema(settings.database_url)
+    found = collect_garbage(settings, delete=delete)
+    for key in found.keys:
+        sys.stdout.write(key + "\n")
+    verb = "deleted" if delete else "unreferenced (dry run; --delete removes them)"
+    console.print(f"{len(found.keys)} object(s) {verb}; {found.kept} referenced", markup=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script: every failure is one line on stderr and an exit code."""
+    sys.exit(run_command(argv))
+
+
+def run_command(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (see the module docstring)."""
+    from pydantic import ValidationError
+    from sqlalchemy import exc as sa_exc
+
+    try:
+        _prepare_process()
+        command = typer.main.get_command(app)
+        result = command.main(args=argv, prog_name="ocrfleet", standalone_mode=False)
+        return result if isinstance(result, int) else errors.EXIT_OK
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        console.print("aborted", markup=False)
+        return 130
+    except typer.TyperException as exc:  # click's usage errors
+        message = exc.format_message()  # type: ignore[attr-defined]
+        command = getattr(getattr(exc, "ctx", None), "command_path", "ocrfleet")
+        return _one_line(f"{message} (see `{command} --help`)", errors.EXIT_USAGE)
+    except ValidationError as exc:
+        return _one_line(f"configuration: {errors.settings_error(exc)}", errors.EXIT_USAGE)
+    except (errors.ConfigError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
+        return _one_line(f"configuration: {exc}", errors.EXIT_USAGE)
+    except sa_exc.OperationalError as exc:
+        return _one_line(f"database: {errors.describe(exc.orig or exc)}", errors.EXIT_USAGE)
+    except Exception as exc:
+        where = _log_traceback(exc)
+        return _one_line(f"internal error: {errors.describe(exc)}{where}", errors.EXIT_INTERNAL)
+
+
+def _one_line(message: str, code: int) -> int:
+    console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    return code
+
+
+def _prepare_process() -> None:
+    """Offline flags and caches into OCRFLEET_CACHE_DIR, and the log file there, before any
+    engine library loads. Invalid settings are reported by the command that reads them."""
+    from pydantic import ValidationError
+
+    from ocrfleet import offline
+
+    try:
+        settings = get_settings()
+    except ValidationError:
+        return
+    root = offline.prepare(settings.cache_dir)
+    _log_to(root / LOG_NAME)
+
+
+def _log_to(path: Path) -> None:
+    """ocrfleet's own log records (and tracebacks) go to a file, not the console."""
+    if any(getattr(h, "baseFilename", None) == str(path) for h in log.handlers):
+        return
+    handler = logging.FileHandler(path, encoding="utf-8", errors="backslashreplace")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def _log_traceback(exc: BaseException) -> str:
+    """Write the traceback to the log file; returns ' (traceback in PATH)' or ''."""
+    paths = [h.baseFilename for h in log.handlers if hasattr(h, "baseFilename")]
+    if not paths:
+        return ""
+    log.error("internal error", exc_info=exc)
+    return f" (traceback in {paths[0]})"
 
 
 if __name__ == "__main__":

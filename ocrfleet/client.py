@@ -33,6 +33,7 @@ from ocrfleet.db.session import session_scope
 from ocrfleet.db.upsert import upsert
 from ocrfleet.runs import ensure_run, run_config, run_id_of
 from ocrfleet.storage import ObjectStore, open_store, read_uri
+from ocrfleet.storage.local import display_uri
 from ocrfleet.tasks import routing
 
 TERMINAL = frozenset(
@@ -64,6 +65,8 @@ SUBMIT_RETRY_POLICY = {
     "interval_step": 0.5,
     "interval_max": 1.0,
 }
+class UnreadableInput(SubmitError):
+    """This one input cannot be read (vanished, no permission); others may still be."""
 
 
 @dataclass(frozen=True)
@@ -162,9 +165,10 @@ def _read_source(
         return read_uri(text, settings), text, None
     path = Path(text)
     try:
-        return path.read_bytes(), None, path.name
+        # The name is metadata for people: undecodable bytes become \xNN escapes.
+        return path.read_bytes(), None, display_uri(path.name)
     except OSError as exc:
-        raise SubmitError(f"cannot read {path}: {exc}") from exc
+        raise UnreadableInput(f"cannot read {display_uri(text)}: {exc.strerror}") from exc
 
 
 def _hash_stream(stream: BinaryIO) -> tuple[str, int]:
@@ -358,7 +362,8 @@ def find(ref: str, *, settings: Settings | None = None) -> list[DocumentState]:
         return [DocumentState.of(row, session) for row in rows]
 
 
-def recent(limit: int = 20, *, settings: Settings | None = None) -> list[DocumentState]:
+def recent(limit: int | None = 20, *, settings: Settings | None = None) -> list[DocumentState]:
+    """The `limit` most recent documents, newest first (all of them for None)."""
     settings = settings or get_settings()
     doc = models.Document
     with session_scope(settings.database_url) as session:

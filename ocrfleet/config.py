@@ -170,6 +170,10 @@ class Settings(BaseSettings):
     webhook_backoff_s: float = Field(2.0, gt=0, description="first retry delay, doubling")
     webhook_backoff_max_s: float = Field(600.0, gt=0)
     webhook_timeout_s: float = Field(10.0, gt=0)
+    # Robustness (issue 8): every library cache and temp file of a process goes here, never
+    # under $HOME; page orientation is corrected when the classifier is this sure.
+    cache_dir: Path = Path("./ocrfleet-cache")
+    orientation_min_confidence: float = Field(0.6, ge=0.0, le=1.0)
 
     @field_validator("engines", mode="before")
     @classmethod

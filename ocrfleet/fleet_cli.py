@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ocrfleet.storage.local import display_uri
+
 if TYPE_CHECKING:
     from ocrfleet import client
 
@@ -95,16 +97,23 @@ def submit(
     timeout: Annotated[float | None, typer.Option(help="seconds to --wait at most")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
 ) -> None:
-    """Submit inputs to the fleet; prints each document id."""
+    """Submit inputs to the fleet; prints each document id. An input that cannot be read is
+    named on stderr and the others go on (exit 1)."""
     from ocrfleet import client
 
     ids: list[int] = []
+    submitted: list[str] = []
+    unreadable = 0
     for path in paths:
         source = path if path.startswith(("s3://", "file://")) else Path(path)
         try:
             ids.append(client.submit(source, priority=priority))
+            submitted.append(path)
+        except client.UnreadableInput as exc:
+            typer.echo(f"error: {exc}", err=True)
+            unreadable += 1
         except (client.SubmitError, ValueError) as exc:
-            typer.echo(f"error: {path}: {exc}", err=True)
+            typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
     states = _wait_with_progress(ids, timeout, quiet=as_json) if wait else None
     if as_json:
@@ -113,9 +122,9 @@ def submit(
     elif states:
         _print_table(states)
     else:
-        for path, doc_id in zip(paths, ids, strict=True):
-            typer.echo(f"{doc_id}\t{path}")
-    if states and any(s.status.value not in ("done", "reviewed") for s in states):
+        for path, doc_id in zip(submitted, ids, strict=True):
+            typer.echo(f"{doc_id}\t{display_uri(path)}")
+    if unreadable or (states and any(s.status.value not in ("done", "reviewed") for s in states)):
         raise typer.Exit(1)
 
 
@@ -158,15 +167,16 @@ def _wait_with_progress(
 
 def status(
     doc: Annotated[
-        str | None, typer.Argument(help="document id, sha256 or path; omit for the latest")
+        str | None, typer.Argument(help="document id, sha256 or path; omit for the latest 20")
     ] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="every document, newest first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
     stuck: Annotated[
         bool, typer.Option("--stuck", help="unfinished work older than --age, and where it is")
     ] = False,
     age: Annotated[float, typer.Option(help="seconds, for --stuck")] = 600.0,
 ) -> None:
-    """Show documents and their progress."""
+    """Show documents and their progress: the most recent ones, or those matching DOC."""
     from ocrfleet import client
 
     if stuck:
@@ -174,7 +184,7 @@ def status(
         return
 
     try:
-        states = client.recent() if doc is None else client.find(doc)
+        states = client.recent(None if show_all else 20) if doc is None else client.find(doc)
     except LookupError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -232,7 +242,7 @@ def _print_table(states: list[client.DocumentState]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("id", "status", "pages", "failed", "priority", "source", "reason")
+    table = Table("id", "status", "pages", "failed", "priority", "source")
     for s in states:
         name = (s.meta or {}).get("filename") or s.source_uri
         table.add_row(
@@ -241,10 +251,13 @@ def _print_table(states: list[client.DocumentState]) -> None:
             f"{s.pages_done}/{s.page_count if s.page_count is not None else '?'}",
             str(s.pages_failed),
             s.priority,
-            str(name),
-            s.reason or "",
+            display_uri(str(name)),
         )
-    Console().print(table)
+    out = Console(highlight=False)
+    out.print(table)
+    for s in states:  # reasons on their own lines: readable at any width, and in a pipe
+        if s.reason:
+            out.print(f"  {s.id} {s.status.value}: {s.reason}", markup=False, overflow="fold")
 
 
 def register(app: typer.Typer) -> None:

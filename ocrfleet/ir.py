@@ -111,6 +111,24 @@ class Page(_Model):
     image_uri: str | None = None
 
 
+class Orientation(_Model):
+    """A page's detected orientation: its content turned `angle` degrees clockwise (0, 90,
+    180, 270) with this probability; `applied` when the page was turned back upright."""
+
+    angle: int = Field(ge=0, lt=360, multiple_of=90)
+    confidence: float = Field(ge=0.0, le=1.0)
+    applied: bool
+
+
+class DetectionPlan(_Model):
+    """How the detector covers a page: `whole` in one pass (scaled to its input size), or
+    `tiles`: overlapping windows at `scale` plus a whole-page pass, boxes merged."""
+
+    method: str = Field(pattern=r"^(whole|tiles)$")
+    scale: float = Field(gt=0.0)
+    windows: int = Field(ge=1)
+
+
 class Region(_Model):
     number: int = Field(ge=1, description="1-based position in reading order on the page")
     category: Category = Category.text

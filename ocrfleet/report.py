@@ -25,6 +25,7 @@ class DocumentSummary:
     regions: int
     flagged: int
     mean_confidence: float | None
+    reasons: tuple[str, ...] = ()  # the document's reason, then each failed page's
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +68,13 @@ def document_summaries(session: Session, document_ids: list[int]) -> list[Docume
             .group_by(models.Page.document_id)
         ).all()
     )
+    page_reasons: dict[int, list[str]] = {}
+    for doc_id, number, reason in session.execute(
+        select(models.Page.document_id, models.Page.number, models.Page.reason)
+        .where(models.Page.document_id.in_(docs), models.Page.status == "failed")
+        .order_by(models.Page.document_id, models.Page.number)
+    ):
+        page_reasons.setdefault(doc_id, []).append(f"page {number}: {reason}")
     return [
         DocumentSummary(
             document_id=doc.id,
@@ -80,6 +88,7 @@ def document_summaries(session: Session, document_ids: list[int]) -> list[Docume
             mean_confidence=(
                 None if confidences.get(doc.id) is None else float(confidences[doc.id])
             ),
+            reasons=tuple(([doc.reason] if doc.reason else []) + page_reasons.get(doc.id, [])),
         )
         for doc in (docs[i] for i in document_ids)
     ]

@@ -48,6 +48,7 @@ def canonical_json(value: Any) -> str:
 def run_config(settings: Settings) -> dict[str, Any]:
     """Every setting and model fingerprint that changes output, without loading any model."""
     from ocrfleet.engines import describe_engines
+    from ocrfleet.pipeline.orient import classifier_version
     from ocrfleet.scorers import describe_scorer
 
     config = {
@@ -60,6 +61,10 @@ def run_config(settings: Settings) -> dict[str, Any]:
         "thresholds": {c: settings.threshold(c) for c in ("text", "formula", "table")},
         "layout": settings.layout,
         "libraries": library_versions(),
+        "orientation": {
+            "version": classifier_version(),
+            "min_confidence": settings.orientation_min_confidence,
+        },
     }
     if settings.rules is not None:  # only when set: runs without rules keep their ids
         from ocrfleet.pipeline.rules import rules_sha256

@@ -8,6 +8,7 @@ so at-least-once delivery changes nothing."""
 from __future__ import annotations
 
 import hashlib
+import logging
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,12 +24,16 @@ from ocrfleet.db.persist import save_page_result
 from ocrfleet.db.rule_flags import flag_document, flag_page
 from ocrfleet.db.session import session_scope
 from ocrfleet.db.upsert import upsert
+from ocrfleet.errors import describe, is_transient
 from ocrfleet.pipeline.images import encode_png, load_image
 from ocrfleet.pipeline.rules import RuleSet, load_rules
 from ocrfleet.pipeline.split import InputRejected, iter_pages, open_document
 from ocrfleet.runs import canonical_json, ensure_run, run_config
-from ocrfleet.storage import ObjectStore, open_store, read_uri
+from ocrfleet.storage import ObjectStore, StorageError, open_store, read_uri
+from ocrfleet.storage.local import display_uri, storable_uri
 from ocrfleet.toolkit import Toolkit, get_toolkit
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,7 +112,7 @@ def ingest(
     common = {
         "run_id": run_id,
         "sha256": sha256,
-        "source_uri": uri,
+        "source_uri": storable_uri(uri),
         "byte_size": len(data),
         "priority": priority,
         "meta": metadata,
@@ -116,15 +121,13 @@ def ingest(
         document = open_document(data, ctx.settings, uri)
         pages = _store_pages(ctx, data, document)
     except InputRejected as rejected:
-        with ctx.session() as session:
-            doc_id = upsert(
-                session,
-                models.Document,
-                {**common, "status": ir.DocumentStatus.rejected, "reason": str(rejected)},
-                key=["sha256", "run_id"],
-                update=["status", "reason"],
-            )
-            return _outcome(session, session.get(models.Document, doc_id), created=True)
+        return _finish_input(ctx, common, ir.DocumentStatus.rejected, str(rejected))
+    except Exception as exc:
+        if is_transient(exc):
+            raise  # the task retries it; nothing was recorded
+        # A fault of ours or of a library on this input: this document fails, the run goes on.
+        log.exception("ingest of %s failed", display_uri(uri))
+        return _finish_input(ctx, common, ir.DocumentStatus.failed, describe(exc))
 
     with ctx.session() as session:
         doc_id = upsert(
@@ -157,17 +160,77 @@ def ingest(
         return _outcome(session, session.get(models.Document, doc_id), created=True)
 
 
+def _finish_input(
+    ctx: Context, common: dict[str, Any], status: ir.DocumentStatus, reason: str
+) -> IngestOutcome:
+    """The terminal row of an input that produced no pages (rejected or failed)."""
+    with ctx.session() as session:
+        doc_id = upsert(
+            session,
+            models.Document,
+            {**common, "status": status, "reason": reason},
+            key=["sha256", "run_id"],
+            update=["status", "reason"],
+        )
+        return _outcome(session, session.get(models.Document, doc_id), created=True)
+
+
+def record_unreadable(ctx: Context, uri: str, error: StorageError) -> IngestOutcome:
+    """A `rejected` row for an input that could not be read at all (vanished between
+    listing and reading, no permission). There are no bytes to hash, so the row is keyed on
+    the sha256 of the URI; reading the same path again later makes a new document."""
+    codes = {"ObjectNotFound": "not_found", "AccessDenied": "access_denied"}
+    reason = codes.get(type(error).__name__, "unreadable")
+    common = {
+        "run_id": ctx.run_id,
+        "sha256": hashlib.sha256(uri.encode("utf-8", "surrogateescape")).hexdigest(),
+        "source_uri": uri,
+        "byte_size": None,
+        "priority": "normal",
+        "meta": None,
+    }
+    detail = f"{reason}: {display_uri(uri)} could not be read ({describe(error)})"
+    return _finish_input(ctx, common, ir.DocumentStatus.rejected, detail)
+
+
 def _store_pages(ctx: Context, data: bytes, document: ir.Document) -> list[ir.Page]:
-    """Render page by page into the store, so a long PDF never sits in memory whole."""
-    pages = []
-    for number, image in enumerate(iter_pages(data, ctx.settings), start=1):
-        key = page_key(document.sha256, ctx.settings.dpi, number)
-        uri = ctx.store.put(key, encode_png(image), content_type="image/png")
-        pages.append(ir.Page(number=number, width=image.width, height=image.height, image_uri=uri))
-        image.close()
-    if not pages:
-        raise InputRejected("no_pages", "the input has no pages")
+    """Render page by page into the store, so a long PDF never sits in memory whole.
+
+    An input can still turn out bad half-way (a TIFF whose third frame is cut short): then
+    the images already written are removed again, unless a page row of another run uses
+    them (page keys are shared by every run with the same input and DPI)."""
+    pages: list[ir.Page] = []
+    try:
+        for number, image in enumerate(iter_pages(data, ctx.settings), start=1):
+            key = page_key(document.sha256, ctx.settings.dpi, number)
+            uri = ctx.store.put(key, encode_png(image), content_type="image/png")
+            pages.append(
+                ir.Page(number=number, width=image.width, height=image.height, image_uri=uri)
+            )
+            image.close()
+        if not pages:
+            raise InputRejected("no_pages", "the input has no pages")
+    except BaseException:
+        discard_unreferenced(ctx, [page.image_uri for page in pages if page.image_uri])
+        raise
     return pages
+
+
+def discard_unreferenced(ctx: Context, uris: list[str]) -> list[str]:
+    """Delete those of `uris` (page images in the store) that no page row references;
+    returns the URIs deleted."""
+    if not uris:
+        return []
+    with ctx.session() as session:
+        used = set(
+            session.scalars(select(models.Page.image_uri).where(models.Page.image_uri.in_(uris)))
+        )
+    deleted = []
+    for uri in uris:
+        if uri not in used:
+            ctx.store.delete(ctx.store.key_of(uri))
+            deleted.append(uri)
+    return deleted
 
 
 def _find_document(session: Session, sha256: str, run_id: str) -> models.Document | None:
@@ -195,6 +258,7 @@ def _outcome(session: Session, doc: models.Document, *, created: bool) -> Ingest
 
 def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
     """OCR one page and commit all of it at once; a finished page is a no-op."""
+    from ocrfleet.pipeline.orient import upright
     from ocrfleet.pipeline.page import process_image
 
     with ctx.session() as session:
@@ -207,7 +271,15 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
 
     data = ctx.store.get(ctx.store.key_of(image_uri))
     image = load_image(data)
-    result = process_image(number, image, ctx.toolkit)
+    toolkit = ctx.toolkit
+    image, orientation = upright(
+        image,
+        toolkit.orienter,
+        ctx.settings.orientation_min_confidence,
+        toolkit.line_detector,
+        toolkit.recognisers[0],
+    )
+    result = process_image(number, image, toolkit)
 
     with ctx.session() as session:
         save_page_result(session, page_id, result)
@@ -219,7 +291,7 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
             ir.PageStatus.done,
             input_sha256=hashlib.sha256(data).hexdigest(),
             output_sha256=output_sha256(result),
-            params=page_params(ctx, image),
+            params=page_params(ctx, image, orientation),
         )
         if finished is not None and ctx.rules is not None:
             flag_document(session, finished, ctx.rules)
@@ -233,9 +305,28 @@ def output_sha256(result: ir.PageResult) -> str:
     return hashlib.sha256(canonical_json(output).encode()).hexdigest()
 
 
-def page_params(ctx: Context, image: Any) -> dict[str, Any]:
-    """The effective parameters of this page's processing, recorded beside its output."""
-    return {"run_id": ctx.run_id, "width": image.width, "height": image.height}
+def page_params(ctx: Context, image: Any, orientation: ir.Orientation) -> dict[str, Any]:
+    """The effective parameters of this page's processing, recorded beside its output: the
+    size it was read at (upright), the turn that made it upright and how it was detected."""
+    plan = ctx.toolkit.detector.plan(image.width, image.height)
+    return {
+        "run_id": ctx.run_id,
+        "width": image.width,
+        "height": image.height,
+        "orientation": orientation.model_dump(mode="json"),
+        "detection": plan.model_dump(mode="json"),
+    }
+
+
+def run_page(ctx: Context, page_id: int) -> ir.PageStatus:
+    """`process_page` for the embedded run: any exception fails this page alone, with the
+    exception's first line as the reason (the traceback goes to the log once)."""
+    try:
+        return process_page(ctx, page_id)
+    except Exception as exc:
+        log.exception("page %s failed", page_id)
+        fail_page(ctx, page_id, describe(exc))
+        return ir.PageStatus.failed
 
 
 def fail_page(ctx: Context, page_id: int, reason: str) -> None:

@@ -6,10 +6,14 @@ survive one); `ocrfleet run` loads it once for the whole run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ocrfleet.config import Settings
 from ocrfleet.engines.base import Detector, Recogniser
 from ocrfleet.scorers.base import Scorer
+
+if TYPE_CHECKING:
+    from ocrfleet.pipeline.orient import OrientationClassifier
 
 
 @dataclass(frozen=True)
@@ -18,10 +22,17 @@ class Toolkit:
     detector: Detector
     recognisers: list[Recogniser]
     scorer: Scorer
+    orienter: OrientationClassifier
+
+    @property
+    def line_detector(self) -> Detector:
+        """The text-line detector: the layout detector's own, or the detector itself."""
+        return getattr(self.detector, "lines", self.detector)
 
 
 def load_toolkit(settings: Settings) -> Toolkit:
     from ocrfleet.engines import load_detector, load_recognisers
+    from ocrfleet.pipeline.orient import OrientationClassifier
     from ocrfleet.scorers import load_scorer
 
     return Toolkit(
@@ -29,6 +40,7 @@ def load_toolkit(settings: Settings) -> Toolkit:
         detector=load_detector(settings),
         recognisers=load_recognisers(settings),
         scorer=load_scorer(settings),
+        orienter=OrientationClassifier(threads=settings.onnx_threads),
     )
 
 

@@ -17,6 +17,10 @@ class Detector(Protocol):
         """Regions in reading order, numbered from 1."""
         ...
 
+    def plan(self, width: int, height: int) -> ir.DetectionPlan:
+        """How a page of this size is detected (whole or on tiles), for the page's params."""
+        ...
+
 
 class Reading(NamedTuple):
     """What a generative engine returns per crop; a plain (text, confidence) pair is too."""

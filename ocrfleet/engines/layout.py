@@ -148,7 +148,7 @@ class LayoutDetector:
         )
         for name in ("rapid_layout", "rapid_layout.model_handler.main"):
             logging.getLogger(name).setLevel(logging.WARNING)
-        self._lines = lines
+        self.lines = lines  # the text-line detector inside the blocks
 
     def blocks(self, page: Image.Image) -> list[Block]:
         """The model's blocks on `page`, thresholded and with overlaps resolved."""
@@ -176,8 +176,12 @@ class LayoutDetector:
 
     def detect(self, page: Image.Image) -> list[ir.Region]:
         blocks = self.blocks(page)
-        lines = self._lines.detect(page)  # type: ignore[attr-defined]
+        lines = self.lines.detect(page)  # type: ignore[attr-defined]
         return build_regions(blocks, lines)
+
+    def plan(self, width: int, height: int) -> ir.DetectionPlan:
+        """The layout model sees the whole page; text lines are found as their detector plans."""
+        return self.lines.plan(width, height)  # type: ignore[attr-defined]
 
 
 def build_regions(blocks: list[Block], lines: list[ir.Region]) -> list[ir.Region]:

@@ -40,7 +40,11 @@ from rapidocr.utils.process_img import (
     resize_image_within_bounds,
 )
 
-from ocrfleet import ir
+from ocrfleet import (
+    ir,
+    offline,  # noqa: F401, I001  (telemetry off before onnxruntime loads)
+)
+from ocrfleet.pipeline import tiles
 from ocrfleet.pipeline.regions import order_regions, polygon_bbox
 
 MODEL_DIR = Path(DEFAULT_CFG_PATH).parent / "models"
@@ -132,6 +136,13 @@ def _det_params(root: DictConfig) -> dict[str, Any]:
     params = {k: g[k] for k in ("min_side_len", "max_side_len", "width_height_ratio", "min_height")}
     for key in _DET_KEYS:
         params[key] = det[key]
+    params["tiles"] = {
+        "min_scale": tiles.MIN_SCALE,
+        "overlap": tiles.OVERLAP,
+        "max_aspect": tiles.MAX_ASPECT,
+        "same_text": tiles.SAME_TEXT,
+        "same_line": tiles.SAME_LINE,
+    }
     return json.loads(json.dumps(params, default=list))
 
 
@@ -162,8 +173,10 @@ def _to_bgr(image: Image.Image) -> np.ndarray:
 
 class RapidDetector:
     """Text-line detector (PP-OCR DB). Regions come back as clipped axis-aligned boxes in
-    reading order; rapidocr's page preprocessing (long side capped at 2000 px, vertical
-    padding of very wide images) is applied as in its full pipeline."""
+    reading order. A page the detector takes whole gets rapidocr's own page preprocessing
+    (long side capped at 2000 px, vertical padding of very wide images) as in its full
+    pipeline; a page over twice that size, or a strip too thin or too tall for it, is
+    detected on the windows of `ocrfleet.pipeline.tiles` instead."""
 
     name = "rapidocr"
 
@@ -176,23 +189,77 @@ class RapidDetector:
         self._pad_ratio, self._pad_min_h = float(g.width_height_ratio), float(g.min_height)
         self.version = _version(Path(model_path), _det_params(root))
 
+    def plan(self, width: int, height: int) -> ir.DetectionPlan:
+        """How a page of this size is detected (recorded in the page's params)."""
+        return tiles.plan(width, height, self._max_side, self._min_side)[0]
+
     def detect(self, page: Image.Image) -> list[ir.Region]:
         original = _to_bgr(page)
-        img, ratio_h, ratio_w = resize_image_within_bounds(original, self._min_side, self._max_side)
+        plan, windows = tiles.plan(page.width, page.height, self._max_side, self._min_side)
+        if plan.method == "whole" and not self._odd_shape(page.width, page.height, plan.scale):
+            found = [(0, bbox, score) for bbox, score in self._detect_array(original)]
+        else:
+            found = []
+            for index, window in enumerate(windows):
+                for bbox, score in self._detect_window(original, window, plan.scale):
+                    found.append((index, bbox, score))
+        regions = []
+        for bbox, score in tiles.merge(found):
+            bbox = polygon_bbox([(bbox.x0, bbox.y0), (bbox.x1, bbox.y1)], page.width, page.height)
+            if bbox is not None:
+                regions.append(ir.Region(number=1, bbox=bbox, det_score=score))
+        return order_regions(regions)
+
+    def _odd_shape(self, width: int, height: int, scale: float) -> bool:
+        """A shape rapidocr's own preprocessing cannot take: a short side under its minimum
+        after scaling (it would scale the long side up without bound), or a tall strip (it
+        pads only wide ones)."""
+        return min(width, height) * scale < self._min_side or height > tiles.MAX_ASPECT * width
+
+    def _detect_window(
+        self, original: np.ndarray, window: ir.BBox, scale: float
+    ) -> list[tuple[ir.BBox, float]]:
+        crop = original[window.y0 : window.y1, window.x0 : window.x1]
+        size = (max(1, round(window.width * scale)), max(1, round(window.height * scale)))
+        if size != (window.width, window.height):
+            crop = cv2.resize(crop, size, interpolation=cv2.INTER_AREA)
+        right, bottom = tiles.padding(size[0], size[1], self._min_side)
+        if right or bottom:
+            crop = cv2.copyMakeBorder(
+                crop, 0, bottom, 0, right, cv2.BORDER_CONSTANT, value=(255, 255, 255)
+            )
+        found = []
+        for bbox, score in self._detect_array(crop):
+            mapped = polygon_bbox(
+                [
+                    (window.x0 + bbox.x0 / scale, window.y0 + bbox.y0 / scale),
+                    (window.x0 + bbox.x1 / scale, window.y0 + bbox.y1 / scale),
+                ],
+                window.x1,
+                window.y1,
+            )
+            if mapped is not None:
+                found.append((mapped, score))
+        return found
+
+    def _detect_array(self, image: np.ndarray) -> list[tuple[ir.BBox, float]]:
+        """rapidocr's page preprocessing and detector on one BGR array: boxes in its pixels."""
+        height, width = image.shape[:2]
+        img, ratio_h, ratio_w = resize_image_within_bounds(image, self._min_side, self._max_side)
         record: dict[str, Any] = {"preprocess": {"ratio_h": ratio_h, "ratio_w": ratio_w}}
         img, record = apply_vertical_padding(img, record, self._pad_ratio, self._pad_min_h)
         result = self._det(img)
         if result.boxes is None or len(result.boxes) == 0:
             return []
         polygons = map_boxes_to_original(
-            np.asarray(result.boxes, dtype=np.float32), record, page.height, page.width
+            np.asarray(result.boxes, dtype=np.float32), record, height, width
         )
-        regions = []
+        found = []
         for polygon, score in zip(polygons, result.scores, strict=True):
-            bbox = polygon_bbox(polygon.tolist(), page.width, page.height)
+            bbox = polygon_bbox(polygon.tolist(), width, height)
             if bbox is not None:
-                regions.append(ir.Region(number=1, bbox=bbox, det_score=float(score)))
-        return order_regions(regions)
+                found.append((bbox, float(score)))
+        return found
 
 
 class RapidRecogniser:

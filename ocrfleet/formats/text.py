@@ -9,4 +9,6 @@ MEDIA_TYPE = "text/plain; charset=utf-8"
 
 
 def render(doc: DocumentView) -> str:
-    return "\n".join(page.text for page in doc.pages if page.regions)
+    """Every page's text, pages separated by a form feed (as `pdftotext` does), so a page
+    without text still counts; '' for a document without pages."""
+    return "\f\n".join(page.text + "\n" for page in doc.pages)

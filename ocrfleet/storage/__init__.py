@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from ocrfleet.config import Settings
+from ocrfleet.errors import ConfigError
 from ocrfleet.storage.base import (
     AccessDenied,
     InvalidKey,
@@ -47,7 +48,7 @@ def open_store(settings: Settings, url: str | None = None) -> ObjectStore:
         return LocalStore(url)
     if url.startswith("s3://"):
         return S3Store(url, settings)
-    raise ValueError(
+    raise ConfigError(
         f"unsupported store URL {url!r}: use file://./dir, file:///abs/dir or s3://bucket/prefix"
     )
 

@@ -9,12 +9,13 @@ stay under the root, so a symlink inside the store cannot lead a key outside it.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import shutil
 import uuid
 from pathlib import Path
 from typing import BinaryIO, NoReturn
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, unquote_to_bytes
 
 from ocrfleet.storage.base import (
     AccessDenied,
@@ -37,12 +38,36 @@ def file_uri_to_path(uri: str) -> Path:
     """
     if not uri.startswith(SCHEME):
         raise ValueError(f"not a file:// URI: {uri!r}")
-    rest = unquote(uri[len(SCHEME) :])
+    # Bytes first, then the file system's decoding: a name that is not UTF-8 comes back
+    # exactly (as surrogate escapes), where unquote() would replace its bytes with U+FFFD.
+    rest = os.fsdecode(unquote_to_bytes(uri[len(SCHEME) :]))
     if not rest:
         raise ValueError(f"file:// URI without a path: {uri!r}")
     if "\x00" in rest:
         raise InvalidKey(f"file:// URI contains NUL: {uri!r}")
     return Path(os.path.abspath(rest))
+
+
+def storable_uri(uri: str) -> str:
+    """`uri` as it can be stored and sent anywhere (UTF-8 text): unchanged when it is
+    already, else (a local path whose name is not valid UTF-8) the `file://` URI of the
+    path with its raw bytes percent-encoded, which `read_uri` reads back exactly."""
+    try:
+        uri.encode("utf-8")
+    except UnicodeEncodeError:
+        if "://" in uri:
+            raise InvalidKey(f"URI is not valid UTF-8: {display_uri(uri)}") from None
+        return Path(os.path.abspath(uri)).as_uri()
+    return uri
+
+
+def display_uri(uri: str) -> str:
+    """A source URI or path as a person reads it: percent-encoded `file://` URIs and
+    undecodable bytes of a name shown as `\\xNN` escapes, everything else as it is."""
+    if uri.startswith(SCHEME) and "%" in uri:
+        with contextlib.suppress(ValueError):  # InvalidKey is a ValueError
+            uri = str(file_uri_to_path(uri))
+    return uri.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _raise_os_error(exc: OSError, what: str) -> NoReturn:

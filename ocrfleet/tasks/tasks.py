@@ -14,16 +14,13 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import kombu.exceptions
-import redis.exceptions
 from celery import Task
 from celery.exceptions import Reject, Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
-from sqlalchemy import exc as sa_exc
 
 from ocrfleet import service
 from ocrfleet.config import get_settings
-from ocrfleet.storage import StorageError
+from ocrfleet.errors import caused_by, describe, is_transient
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.app import app
 from ocrfleet.tasks.signals import bind_log_context, page_started
@@ -49,30 +46,6 @@ def context() -> service.Context:
     return _context
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether trying again later can help: throttling, 5xx, a lost connection."""
-    if isinstance(exc, StorageError):
-        return not exc.permanent
-    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(
-        exc,
-        sa_exc.OperationalError
-        | sa_exc.InterfaceError
-        | sa_exc.TimeoutError
-        | redis.exceptions.ConnectionError
-        | redis.exceptions.TimeoutError
-        | kombu.exceptions.OperationalError
-        | ConnectionError
-        | TimeoutError,
-    )
-
-
-def describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:1000]
-
-
 def backoff(retries: int) -> int:
     return get_exponential_backoff_interval(
         factor=BACKOFF_BASE_S, retries=retries, maximum=BACKOFF_MAX_S, full_jitter=True
@@ -91,6 +64,8 @@ def _guard(task: Task, work: Callable[[], T], give_up: Callable[[str], T]) -> T:
     except SoftTimeLimitExceeded:
         return _give_up(give_up, f"timeout: over the soft time limit of {limit}s")
     except Exception as exc:
+        if caused_by(exc, SoftTimeLimitExceeded):  # e.g. wrapped by rapidocr's session
+            return _give_up(give_up, f"timeout: over the soft time limit of {limit}s")
         retries = task.request.retries
         if not is_transient(exc):
             log.warning("permanent error, not retrying: %s", describe(exc), exc_info=True)

@@ -1,0 +1,76 @@
+"""How failures read: one line per failure, for the database's `reason` and the console.
+
+Exit codes of every `ocrfleet` command (documented in the README and `ocrfleet --help`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_OK = 0  # every input done
+EXIT_FAILED = 1  # some input rejected, or some document or page failed
+EXIT_USAGE = 2  # usage or configuration error: nothing was processed
+EXIT_INTERNAL = 3  # an internal error of ocrfleet itself (the traceback is in the log)
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work (a store URL of no known scheme, ...): exit code 2."""
+
+
+def describe(exc: BaseException) -> str:
+    """`ExcClass: first line of the message`, at most 1000 characters: a row's `reason`.
+    A message that is itself a traceback (onnxruntime wrappers do that) gives its last
+    line, the error it ends with."""
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    line = text[0] if text else ""
+    if line.startswith("Traceback (most recent call last)"):
+        line = text[-1].strip()
+    return f"{type(exc).__name__}: {line}"[:1000]
+
+
+def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `exc` or anything in its chain of causes is a `kind` (a library that wraps
+    a time-limit signal in its own exception still timed out)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def settings_error(exc: Any, prefix: str = "OCRFLEET_") -> str:
+    """A pydantic ValidationError of `Settings` as one line naming each bad variable."""
+    parts = []
+    for error in exc.errors():
+        name = prefix + "_".join(str(part) for part in error["loc"][:1]).upper()
+        value = error.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {str(value)[:60]!r})"
+        parts.append(f"{name}: {error['msg']}{shown}")
+    return "; ".join(parts) or describe(exc)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether trying again later can help: throttling, 5xx, a lost connection."""
+    import kombu.exceptions
+    import redis.exceptions
+    from sqlalchemy import exc as sa_exc
+
+    from ocrfleet.storage.base import StorageError
+
+    if isinstance(exc, StorageError):
+        return not exc.permanent
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(
+        exc,
+        sa_exc.OperationalError
+        | sa_exc.InterfaceError
+        | sa_exc.TimeoutError
+        | redis.exceptions.ConnectionError
+        | redis.exceptions.TimeoutError
+        | kombu.exceptions.OperationalError
+        | ConnectionError
+        | TimeoutError,
+    )

@@ -1,0 +1,112 @@
+"""Detection windows for pages a line detector cannot take whole, and the merge of the
+boxes found in them.
+
+A detector has an input size (RapidOCR: long side 2000 px). A page up to `1 / MIN_SCALE`
+times that is detected whole, scaled down as the detector does; a larger page would be
+scaled so far that ordinary text vanishes (a 7700 px square page with a 100 px line came
+back empty), so it is cut into overlapping windows detected at `MIN_SCALE`. A strip too
+thin or too long for the detector (20000x10) is cut along its length and each window padded
+with white to an aspect ratio the detector accepts (`MAX_ASPECT`).
+
+Boxes of different windows are merged when they are the same text seen twice (most of the
+smaller one inside the other) or one line cut at a window edge (side by side, sharing most
+of their height); boxes of one window are never merged with each other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ocrfleet import ir
+
+MIN_SCALE = 0.5  # never detect a page at less than half its size
+OVERLAP = 128  # px at detection scale shared by neighbouring windows: taller than body text
+MAX_ASPECT = 4  # windows are padded to at most this ratio of long to short side
+SAME_TEXT = 0.5  # share of the smaller box inside the other: the same text seen twice
+SAME_LINE = 0.6  # share of the lower box's height two side-by-side boxes share: one line
+
+
+def plan(
+    width: int, height: int, max_side: int, min_side: int
+) -> tuple[ir.DetectionPlan, list[ir.BBox]]:
+    """How to detect a `width` x `height` page, and its windows in page pixels."""
+    long_side = max(width, height)
+    scale = min(1.0, max_side / long_side)
+    if scale >= MIN_SCALE:
+        whole = ir.BBox(x0=0, y0=0, x1=width, y1=height)
+        return ir.DetectionPlan(method="whole", scale=scale, windows=1), [whole]
+    scale = MIN_SCALE
+    size = max_side / scale  # window side in page pixels
+    overlap = OVERLAP / scale
+    xs = _starts(width, size, overlap)
+    ys = _starts(height, size, overlap)
+    windows = [
+        ir.BBox(x0=x, y0=y, x1=min(width, x + math.ceil(size)), y1=min(height, y + math.ceil(size)))
+        for y in ys
+        for x in xs
+    ]
+    return ir.DetectionPlan(method="tiles", scale=scale, windows=len(windows)), windows
+
+
+def _starts(length: int, size: float, overlap: float) -> list[int]:
+    """Window starts covering 0..length with windows of `size` overlapping by >= `overlap`."""
+    if length <= size:
+        return [0]
+    count = math.ceil((length - size) / (size - overlap)) + 1
+    step = (length - size) / (count - 1)
+    return [round(i * step) for i in range(count)]
+
+
+def padding(width: int, height: int, min_side: int) -> tuple[int, int]:
+    """(right, bottom) white padding that gives a window an aspect ratio of at most
+    MAX_ASPECT and a short side of at least `min_side`."""
+    new_w = max(width, min_side, math.ceil(height / MAX_ASPECT))
+    new_h = max(height, min_side, math.ceil(width / MAX_ASPECT))
+    return new_w - width, new_h - height
+
+
+def merge(found: Sequence[tuple[int, ir.BBox, float]]) -> list[tuple[ir.BBox, float]]:
+    """(window index, box, score) from every window -> merged (box, best score)."""
+    parent = list(range(len(found)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    order = sorted(range(len(found)), key=lambda i: found[i][1].y0)
+    for pos, i in enumerate(order):
+        wi, a, _ = found[i]
+        for j in order[pos + 1 :]:
+            wj, b, _ = found[j]
+            if b.y0 >= a.y1:
+                break
+            if wi != wj and _same(a, b):
+                parent[root(j)] = root(i)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(found)):
+        groups.setdefault(root(i), []).append(i)
+    merged = []
+    for members in groups.values():
+        boxes = [found[i][1] for i in members]
+        union = ir.BBox(
+            x0=min(b.x0 for b in boxes),
+            y0=min(b.y0 for b in boxes),
+            x1=max(b.x1 for b in boxes),
+            y1=max(b.y1 for b in boxes),
+        )
+        merged.append((union, max(found[i][2] for i in members)))
+    return merged
+
+
+def _same(a: ir.BBox, b: ir.BBox) -> bool:
+    dx = min(a.x1, b.x1) - max(a.x0, b.x0)
+    dy = min(a.y1, b.y1) - max(a.y0, b.y0)
+    if dx <= 0 or dy <= 0:
+        return False
+    smaller = min(a.width * a.height, b.width * b.height)
+    if dx * dy >= SAME_TEXT * smaller:
+        return True
+    return dy >= SAME_LINE * min(a.height, b.height)

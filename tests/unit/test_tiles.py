@@ -1,0 +1,128 @@
+"""Detection on tiles: the window plan, the merge of boxes, and the real detector on pages
+it could not take whole (a 59 Mpx page with one line, strips of extreme aspect ratio)."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from ocrfleet import ir
+from ocrfleet.engines.rapidocr import RapidDetector, RapidRecogniser
+from ocrfleet.metrics import cer
+from ocrfleet.pipeline import tiles
+from ocrfleet.pipeline.regions import crop
+
+FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+LINE = "Quarterly revenue grew by seventeen percent"
+
+
+def box(x0: int, y0: int, x1: int, y1: int) -> ir.BBox:
+    return ir.BBox(x0=x0, y0=y0, x1=x1, y1=y1)
+
+
+def covers(bbox: ir.BBox, ink: tuple[int, int, int, int], slack: int = 6) -> bool:
+    """`bbox` holds the ink's box, up to `slack` pixels on each side."""
+    x0, y0, x1, y1 = ink
+    return (
+        bbox.x0 <= x0 + slack
+        and bbox.y0 <= y0 + slack
+        and bbox.x1 >= x1 - slack
+        and bbox.y1 >= y1 - slack
+    )
+
+
+def test_pages_up_to_twice_the_input_size_are_detected_whole() -> None:
+    plan, windows = tiles.plan(3300, 2550, max_side=2000, min_side=30)
+    assert (plan.method, plan.windows) == ("whole", 1)
+    assert plan.scale == pytest.approx(2000 / 3300)
+    assert windows == [box(0, 0, 3300, 2550)]
+
+
+@pytest.mark.parametrize("size", [(7700, 7700), (20000, 10), (10, 20000), (4001, 900)])
+def test_tiles_cover_the_page_with_overlap(size: tuple[int, int]) -> None:
+    width, height = size
+    plan, windows = tiles.plan(width, height, max_side=2000, min_side=30)
+    assert (plan.method, plan.scale, plan.windows) == ("tiles", tiles.MIN_SCALE, len(windows))
+    covered = Image.new("1", size, 0)
+    for window in windows:
+        assert window.width <= 2000 / tiles.MIN_SCALE and window.height <= 2000 / tiles.MIN_SCALE
+        covered.paste(1, window.as_tuple())
+    assert covered.getbbox() == (0, 0, width, height)
+    assert all(covered.getpixel((x, y)) for x in range(0, width, 97) for y in range(0, height, 97))
+    xs = sorted({w.x0 for w in windows})
+    ends = sorted({w.x1 for w in windows})
+    for start, end in zip(xs[1:], ends, strict=False):
+        assert end - start >= tiles.OVERLAP / tiles.MIN_SCALE
+
+
+def test_padding_bounds_the_aspect_ratio() -> None:
+    assert tiles.padding(2000, 5, min_side=30) == (0, 495)
+    assert tiles.padding(5, 2000, min_side=30) == (495, 0)
+    assert tiles.padding(800, 600, min_side=30) == (0, 0)
+
+
+def test_merge_joins_a_line_cut_at_a_window_edge_and_duplicates_only() -> None:
+    found = [
+        (0, box(100, 100, 1050, 140), 0.9),  # a line cut at x=1050 by window 0 ...
+        (1, box(990, 102, 1800, 141), 0.8),  # ... and its rest in window 1
+        (0, box(100, 160, 900, 200), 0.7),  # the next line, seen by window 0 ...
+        (1, box(850, 160, 1500, 200), 0.95),  # ... and window 1 (same line, other part)
+        (1, box(102, 161, 898, 199), 0.6),  # a duplicate of window 0's box
+        (0, box(100, 300, 500, 340), 0.9),  # two boxes of one window never merge ...
+        (0, box(480, 300, 900, 340), 0.9),  # ... even when they touch
+    ]
+    merged = sorted((b.as_tuple(), s) for b, s in tiles.merge(found))
+    assert merged == [
+        ((100, 100, 1800, 141), 0.9),
+        ((100, 160, 1500, 200), 0.95),
+        ((100, 300, 500, 340), 0.9),
+        ((480, 300, 900, 340), 0.9),
+    ]
+
+
+def test_stacked_lines_of_different_windows_stay_apart() -> None:
+    found = [(0, box(100, 100, 900, 140), 0.9), (1, box(100, 128, 900, 168), 0.9)]
+    assert len(tiles.merge(found)) == 2
+
+
+@pytest.fixture(scope="module")
+def detector() -> RapidDetector:
+    return RapidDetector(threads=1)
+
+
+def test_one_line_on_a_59_megapixel_page_is_read(detector: RapidDetector) -> None:
+    """7700x7700 under the 60 Mpx limit, one 80 px line: scaled whole to 2000 px the line
+    was lost (0 regions); on tiles it is found and read."""
+    page = Image.new("L", (7700, 7700), 255)
+    draw, face = ImageDraw.Draw(page), ImageFont.truetype(FONT, 80)
+    draw.text((2900, 3950), LINE, fill=0, font=face)
+    ink = draw.textbbox((2900, 3950), LINE, font=face)
+    page = page.convert("RGB")
+    assert detector.plan(*page.size).method == "tiles"
+    regions = detector.detect(page)
+    assert len(regions) == 1
+    bbox = regions[0].bbox
+    assert covers(bbox, ink) and bbox.height < 3 * (ink[3] - ink[1])
+    ((text, _),) = RapidRecogniser(threads=1).recognise([crop(page, bbox)])
+    assert cer(text, LINE) <= 0.05, text
+
+
+@pytest.mark.parametrize("size", [(20000, 10), (20000, 60), (10, 20000), (3000, 10)])
+def test_strips_of_extreme_aspect_ratio_are_detected(
+    detector: RapidDetector, size: tuple[int, int]
+) -> None:
+    """rapidocr's own preprocessing raises ResizeImgError on these (or scales them up
+    without bound); here they are padded windows, and text in a readable strip is found."""
+    width, height = size
+    page = Image.new("RGB", size, "white")
+    face = ImageFont.truetype(FONT, 40)
+    ink = ImageDraw.Draw(page).textbbox((20, 6), "strip text", font=face)
+    if height == 60:
+        ImageDraw.Draw(page).text((20, 6), "strip text", fill="black", font=face)
+    regions = detector.detect(page)
+    for region in regions:
+        assert region.bbox.x1 <= width and region.bbox.y1 <= height
+    if height == 60:  # the text is found (at half scale, its first word at least)
+        assert len(regions) >= 1
+        first = min(regions, key=lambda r: r.bbox.x0).bbox
+        assert first.x0 <= ink[0] + 6 and first.y0 <= ink[1] + 6 and first.y1 >= ink[3] - 6
