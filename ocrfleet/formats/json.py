@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ocrfleet import ir
+from ocrfleet.formats import text
 from ocrfleet.formats.document import DocumentView, RegionView
 
 MEDIA_TYPE = "application/json"
@@ -88,7 +89,7 @@ def as_dict(doc: DocumentView) -> dict[str, Any]:
         "pages_done": doc.pages_done,
         "pages_failed": doc.pages_failed,
         "meta": doc.meta,
-        "text": "\n".join(page.text for page in doc.pages if page.regions),
+        "text": text.render(doc),
         "pages": [
             {
                 "number": page.number,
