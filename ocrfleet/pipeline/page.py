@@ -16,7 +16,7 @@ from ocrfleet.toolkit import Toolkit
 def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ir.PageResult:
     settings = toolkit.settings
     regions = detect_regions(image, toolkit.detector)
-    candidates = recognise(image, regions, toolkit.recognisers, settings.rec_batch_size)
+    candidates = recognise(image, regions, toolkit.recognisers)
     scores = score_units(image, regions, candidates, toolkit.scorer)
     decisions = decide(regions, candidates, scores, settings)
     return ir.PageResult(

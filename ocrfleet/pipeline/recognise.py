@@ -1,4 +1,8 @@
-"""Region OCR stage: every recogniser reads every region's crop, in batches.
+"""Region OCR stage: every recogniser reads every region's crop.
+
+Each engine gets all crops of the page in one call and batches them itself (RapidOCR sorts
+them into width buckets, tesseract reads them in one process): handing it slices of the page
+would split its batches further.
 
 Failures are contained per crop: an engine that raises on a batch gets that batch again one
 crop at a time, and a crop that still fails becomes a Candidate with `error` set. One bad
@@ -29,16 +33,13 @@ def recognise(
     page: Image.Image,
     regions: Sequence[ir.Region],
     recognisers: Sequence[Recogniser],
-    batch_size: int,
 ) -> list[ir.Candidate]:
     """One Candidate per (region, recogniser), ordered by region, then recogniser order."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     names = [rec.name for rec in recognisers]
     if len(set(names)) != len(names):
         raise ValueError(f"recogniser names must be unique: {names}")
     crops = [crop(page, region.bbox) for region in regions]
-    readings = {rec.name: _read_all(rec, crops, batch_size) for rec in recognisers}
+    readings = {rec.name: _read_all(rec, crops) for rec in recognisers}
     candidates = []
     for index, region in enumerate(regions):
         for rec in recognisers:
@@ -60,24 +61,24 @@ def recognise(
     return candidates
 
 
-def _read_all(rec: Recogniser, crops: list[Image.Image], batch_size: int) -> list[_Reading]:
+def _read_all(rec: Recogniser, crops: list[Image.Image]) -> list[_Reading]:
+    if not crops:
+        return []
+    try:
+        return list(_checked(rec, crops))
+    except Exception as exc:  # any engine failure: isolate the crop that causes it
+        log.warning(
+            "%s failed on a batch of %d crops (%s); retrying one at a time",
+            rec.name,
+            len(crops),
+            _describe(exc),
+        )
     readings: list[_Reading] = []
-    for start in range(0, len(crops), batch_size):
-        batch = crops[start : start + batch_size]
+    for one in crops:
         try:
-            readings.extend(_checked(rec, batch))
-        except Exception as exc:  # any engine failure: isolate the crop that causes it
-            log.warning(
-                "%s failed on a batch of %d crops (%s); retrying one at a time",
-                rec.name,
-                len(batch),
-                _describe(exc),
-            )
-            for one in batch:
-                try:
-                    readings.extend(_checked(rec, [one]))
-                except Exception as one_exc:
-                    readings.append(_describe(one_exc))
+            readings.extend(_checked(rec, [one]))
+        except Exception as one_exc:
+            readings.append(_describe(one_exc))
     return readings
 
 
