@@ -42,7 +42,7 @@ def main() -> None:
     raw = np.zeros(len(y))
     raw[ok] = out_of_fold(x[ok], y[ok], np.array(ex.docs)[ok].tolist())
     calibration = load_calibration(WEIGHTS_PATH)
-    prob = calibration.isotonic(raw)
+    prob = calibration.calibration(raw)
     margin = calibration.margin
     truth = dict(zip(ex.rows, ex.truths, strict=True))
     case = dict(zip(ex.rows, ex.case_sensitive, strict=True))

@@ -68,7 +68,7 @@ def main() -> None:
     raw = np.zeros(len(y))
     raw[ok] = out_of_fold(x[ok], y[ok], docs[ok].tolist())
     calibration = load_calibration(WEIGHTS_PATH)
-    prob = calibration.isotonic(raw)
+    prob = calibration.calibration(raw)
     sim = x[:, FEATURE_NAMES.index("reread_max_sim")]
     print(f"# weights {WEIGHTS_PATH.name} sha256 {calibration.sha256[:12]}")
     for name in SETS:

@@ -14,7 +14,7 @@ Procedure (fixed seeds throughout, so the same rows give the same file byte for 
    both fitted and predicted);
 2. out-of-fold log-odds for every candidate from a HistGradientBoostingClassifier with
    monotone constraints (`features.INCREASING`) fitted on the other folds;
-3. the isotonic map is fitted on those held-back predictions; thresholds per (engine,
+3. the Platt map is fitted on those held-back predictions; thresholds per (engine,
    category) are the lowest whose Clopper-Pearson 95% lower bound on precision is >= 0.99
    on them, raised where a set's point precision would fall below 0.99; the best-of-N
    margin is the smallest that never makes a set's CER worse than the primary engine's;
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import sys
 from collections.abc import Sequence
@@ -34,6 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+# One OpenMP thread: on a shared machine scikit-learn's spinning OpenMP threads make the fit
+# many times slower; with one thread the fit is also trivially the same run to run.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -221,22 +226,31 @@ def raw_scores(model, x: np.ndarray) -> np.ndarray:
 
 
 def out_of_fold(x: np.ndarray, y: np.ndarray, docs: Sequence[str]) -> np.ndarray:
-    """Log-odds for every row from a model that never saw its document."""
+    """Log-odds for every row from a model that never saw its document (cached under
+    bench/out by the hash of the data and the fit's parameters)."""
+    key = hashlib.sha256(
+        (data_sha256(x, y, docs) + json.dumps(HGB_PARAMS, sort_keys=True)).encode()
+    ).hexdigest()[:16]
+    cache = OUT / f"oof-{key}.npy"
+    if cache.is_file():
+        return np.load(cache)
     folds = np.array([fold_of(doc) for doc in docs])
     raw = np.zeros(len(y))
     for k in range(N_FOLDS):
         test = folds == k
         raw[test] = raw_scores(fit_trees(x[~test], y[~test]), x[test])
+    OUT.mkdir(parents=True, exist_ok=True)
+    np.save(cache, raw)
     return raw
 
 
-def fit_isotonic(raw: np.ndarray, y: np.ndarray):
-    from sklearn.isotonic import IsotonicRegression
+def fit_platt(raw: np.ndarray, y: np.ndarray):
+    from sklearn.linear_model import LogisticRegression
 
-    from ocrfleet.scorers.model import Isotonic
+    from ocrfleet.scorers.model import Platt
 
-    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(raw, y)
-    return Isotonic(np.asarray(iso.X_thresholds_), np.asarray(iso.y_thresholds_))
+    fit = LogisticRegression(C=1e6, max_iter=1000).fit(raw.reshape(-1, 1), y)
+    return Platt(float(fit.coef_[0, 0]), float(fit.intercept_[0]))
 
 
 def engine_group(engine: str) -> str:
@@ -360,8 +374,8 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
     raw = np.zeros(len(y))
     kept_docs = [d for d, k in zip(docs, ok, strict=True) if k]
     raw[ok] = out_of_fold(x[ok], y[ok], kept_docs)
-    iso = fit_isotonic(raw[ok], y[ok])
-    prob = iso(raw)
+    platt = fit_platt(raw[ok], y[ok])
+    prob = platt(raw)
     engines = [u.engine for u in ex.units]
     thresholds, evidence = choose_thresholds(
         prob[ok], y[ok], [e for e, k in zip(engines, ok, strict=True) if k],
@@ -379,10 +393,10 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
     row_hashes = {name: rows_sha256([r for r in rows if r.set == name]) for name in sets}
     document = {
         "format": WEIGHTS_FORMAT,
-        "model": "HistGradientBoostingClassifier (monotone constraints) + isotonic map",
+        "model": "HistGradientBoostingClassifier (monotone constraints) + Platt map",
         "feature_names": list(FEATURE_NAMES),
         "trees": final.to_json(),
-        "isotonic": iso.to_json(),
+        "calibration": platt.to_json(),
         "thresholds": thresholds,
         "best_of_n_margin": margin,
         "training": {

@@ -4,8 +4,8 @@ Features (see `features.py`): the candidate engine's own confidence (or the fact
 none), agreement with independent re-reads of the same crop by RapidOCR and tesseract, and
 text shape.
 Gradient-boosted trees fitted by `bench/train_consensus.py` on real engine output (receipts,
-book lines, UNLV zones; labels by `ocrfleet.labels`) combine them, and an isotonic map fitted
-on held-back documents turns their log-odds into a probability. The weights file holds the
+book lines, UNLV zones; labels by `ocrfleet.labels`) combine them, and a Platt map fitted on
+held-back documents turns their log-odds into a probability. The weights file holds the
 trees, the map, the thresholds chosen on held-back data per (engine, category), the
 validated best-of-N margin, the training data hashes and the cross-validation numbers; the
 scorer's version is derived from that file's sha256 (plus the re-readers' versions), so a
@@ -34,7 +34,7 @@ from ocrfleet.config import Settings
 from ocrfleet.engines.base import Recogniser
 from ocrfleet.scorers.base import Unit, judgement
 from ocrfleet.scorers.features import FEATURE_NAMES, Reading, rereads_for, unit_features
-from ocrfleet.scorers.model import Isotonic, Trees
+from ocrfleet.scorers.model import Platt, Trees
 from ocrfleet.scorers.precheck import precheck
 
 NAME = "consensus"
@@ -49,11 +49,11 @@ OTHER_ENGINE = "other"  # thresholds for any engine the fit saw no candidates of
 
 @dataclass(frozen=True)
 class Calibration:
-    """The fitted trees, their isotonic calibration, and what was chosen on held-back data."""
+    """The fitted trees, their calibration, and what was chosen on held-back data."""
 
     feature_names: tuple[str, ...]
     trees: Trees
-    isotonic: Isotonic
+    calibration: Platt
     # engine ("rapidocr", "tesseract", OTHER_ENGINE) -> category -> threshold; None where
     # no threshold reached the precision target (that kind goes to review: `uncalibrated`).
     thresholds: dict[str, dict[str, float | None]]
@@ -61,7 +61,7 @@ class Calibration:
     sha256: str  # of the weights file: the calibration's identity
 
     def predict(self, features: np.ndarray) -> np.ndarray:
-        return self.isotonic(self.trees.raw(features))
+        return self.calibration(self.trees.raw(features))
 
     def threshold(self, engine: str, category: str) -> float | None:
         by_category = self.thresholds.get(engine, self.thresholds.get(OTHER_ENGINE, {}))
@@ -95,7 +95,7 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
     return Calibration(
         feature_names=names,
         trees=trees,
-        isotonic=Isotonic.from_json(raw["isotonic"]),
+        calibration=Platt.from_json(raw["calibration"]),
         thresholds={
             engine: {c: (None if t is None else float(t)) for c, t in by_category.items()}
             for engine, by_category in raw["thresholds"].items()
@@ -173,7 +173,12 @@ class ConsensusFeatures:
                 continue
             try:
                 results[i] = unit_features(
-                    unit.text, unit.category, unit.engine, unit.confidence, found.get(i, {})
+                    unit.crop,
+                    unit.text,
+                    unit.category,
+                    unit.engine,
+                    unit.confidence,
+                    found.get(i, {}),
                 )
             except Exception as error:  # noqa: BLE001 - a feature failure is a verdict
                 results[i] = Failure(ir.Verdict.forward_failed, _error_text(error))

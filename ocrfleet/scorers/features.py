@@ -11,7 +11,9 @@ Kinds of evidence, each cheap on a CPU:
   folded equality, the reader's confidence, and whether the re-reads agree among
   themselves. Two engines with different errors rarely make the same mistake;
 
-plus text features that flag shapes engine errors often take (stray non-ASCII characters,
+plus how much ink the crop's left and right edges cut (a region that clips a character
+reads wrong in every engine alike, so agreement cannot see it), and text features that flag
+shapes engine errors often take (stray non-ASCII characters,
 digits inside words, mixed case inside a word). Texts are compared in
 `ocrfleet.labels.canonical` form, the same form the labels use.
 
@@ -28,11 +30,13 @@ import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
+from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.labels import canonical
 from ocrfleet.metrics import levenshtein, normalize_ws
 from ocrfleet.scorers.render import RenderError
+from ocrfleet.scorers.render.bounds import CONTENT_THRESHOLD, background_level
 from ocrfleet.scorers.render.formula import latex_body
 from ocrfleet.scorers.render.table import parse_table
 
@@ -60,6 +64,9 @@ FEATURE_NAMES: tuple[str, ...] = (
     "agree_word_share",
     "agree_len_logratio",
     "agree_digits_equal",
+    # the crop: ink cut by its left or right edge (a clipped first or last character)
+    "edge_ink_left",
+    "edge_ink_right",
     # the text itself
     "text_log_len",
     "text_digit_share",
@@ -234,6 +241,22 @@ def text_features(text: str, category: ir.Category) -> dict[str, float]:
     }
 
 
+EDGE_COLUMNS = 2
+
+
+def crop_features(crop: Image.Image) -> dict[str, float]:
+    """Share of pixel rows with ink in the outermost columns, left and right (ink is
+    judged as the renderer's `content_bounds` judges it)."""
+    gray = np.asarray(crop.convert("L"), dtype=np.int16)
+    if gray.size == 0:
+        return {"edge_ink_left": 0.0, "edge_ink_right": 0.0}
+    ink = np.abs(gray - background_level(gray.astype(np.uint8))) > CONTENT_THRESHOLD
+    return {
+        "edge_ink_left": float(ink[:, :EDGE_COLUMNS].any(axis=1).mean()),
+        "edge_ink_right": float(ink[:, -EDGE_COLUMNS:].any(axis=1).mean()),
+    }
+
+
 def feature_vector(values: dict[str, float]) -> np.ndarray:
     missing = [name for name in FEATURE_NAMES if name not in values]
     if missing:
@@ -246,6 +269,7 @@ def feature_vector(values: dict[str, float]) -> np.ndarray:
 
 
 def unit_features(
+    crop: Image.Image,
     text: str,
     category: ir.Category,
     engine: str,
@@ -266,5 +290,6 @@ def unit_features(
             },
         )
     )
+    values.update(crop_features(crop))
     values.update(text_features(shown, category))
     return feature_vector(values)

@@ -1,7 +1,8 @@
 """The consensus scorer's fitted model as plain arrays: gradient-boosted trees (exported from
-scikit-learn's HistGradientBoostingClassifier at training time) and an isotonic calibration
-map. Scoring is numpy only, so a worker never imports scikit-learn and a batch of regions
-costs a handful of vector operations: all trees advance one level per step together.
+scikit-learn's HistGradientBoostingClassifier at training time) and their calibration.
+Scoring is numpy only, so a worker never imports scikit-learn and a batch of regions
+costs a handful of vector operations: all trees advance one level per step together. A Platt
+map fitted on held-back predictions turns the trees' log-odds into a probability.
 """
 
 from __future__ import annotations
@@ -109,26 +110,28 @@ def trees_from_sklearn(model: Any) -> Trees:
 
 
 @dataclass(frozen=True)
-class Isotonic:
-    """A non-decreasing map from raw log-odds to probability, linear between knots and flat
-    beyond them (scikit-learn's IsotonicRegression with out_of_bounds="clip")."""
+class Platt:
+    """Log-odds to probability, sigmoid(slope * raw + intercept), fitted on held-back
+    predictions. Strictly increasing, so a threshold on the probability is as fine as one
+    on the log-odds (an isotonic map's flat steps would lump hundreds of candidates into
+    one threshold)."""
 
-    x: np.ndarray
-    y: np.ndarray
+    slope: float
+    intercept: float
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
-        return np.interp(raw, self.x, self.y)
+        z = np.clip(self.slope * np.asarray(raw, dtype=np.float64) + self.intercept, -50, 50)
+        return 1.0 / (1.0 + np.exp(-z))
 
     def to_json(self) -> dict[str, Any]:
-        return {"x": [_num(v) for v in self.x], "y": [_num(v) for v in self.y]}
+        return {"slope": _num(self.slope), "intercept": _num(self.intercept)}
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Isotonic:
-        x = np.array(raw["x"], dtype=np.float64)
-        y = np.array(raw["y"], dtype=np.float64)
-        if x.size == 0 or x.shape != y.shape or np.any(np.diff(x) < 0) or np.any(np.diff(y) < 0):
-            raise ValueError("an isotonic map needs matching non-decreasing knots")
-        return cls(x, y)
+    def from_json(cls, raw: dict[str, Any]) -> Platt:
+        slope = float(raw["slope"])
+        if not slope > 0:
+            raise ValueError(f"a Platt map must increase; slope {slope}")
+        return cls(slope, float(raw["intercept"]))
 
 
 def _num(value: float) -> float:
