@@ -1,12 +1,15 @@
 """Does choosing among engines by the consensus score beat each engine alone?
 `python bench/best_of_n.py`.
 
-On the real lines of bench/reallines.py (UW3 + UNLV zones), every line is read by RapidOCR
-and by tesseract; both candidates are scored by the consensus scorer on the same crop in one
-batch, and best-of-N takes the highest `scored` candidate (ties to the first engine; when
-neither is scored, the first engine's text, as the review policy does). Prints the CER
-(total edit distance / total ground-truth characters, whitespace folded) of each engine
-alone, of best-of-N, and of an oracle that always picks the better candidate (the bound).
+On the real rows of bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones), every
+crop is read by RapidOCR (the primary engine, first in OCRFLEET_ENGINES) and tesseract;
+both candidates are scored out of fold (grouped 5-fold cross-validation by document, as in
+training) and best-of-N follows the review policy: the primary's candidate unless the
+other's score beats it by more than the shipped margin. Prints, per set, the CER (total
+edit distance / total ground-truth characters, labels' canonical form: NFKC, typographic
+quotes and dashes folded, whitespace folded; case-insensitive on SROIE) of each engine
+alone, of best-of-N and of an oracle that always picks the better candidate, with the
+switch rate and how many switches fixed or broke a line.
 """
 
 from __future__ import annotations
@@ -14,72 +17,68 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.reallines import real_lines  # noqa: E402
-from bench.scorer_auroc import Candidates, read_and_score  # noqa: E402
-from bench.train_consensus import CACHE, ReadCache  # noqa: E402
-from ocrfleet import ir  # noqa: E402
-from ocrfleet.config import Settings  # noqa: E402
-from ocrfleet.metrics import levenshtein, normalize_ws  # noqa: E402
-from ocrfleet.scorers.consensus import ConsensusScorer  # noqa: E402
-
-
-def choices(data: Candidates, engines: list[str]) -> dict[str, dict[int, str]]:
-    """Text per line (region number) for each engine alone, best-of-N and the oracle."""
-    by_line: dict[int, dict[str, tuple[str, float | None]]] = {}
-    truth: dict[int, str] = {}
-    for unit, score, line_truth in zip(data.units, data.scores, data.truths, strict=True):
-        value = score.score if score.verdict == ir.Verdict.scored else None
-        by_line.setdefault(unit.region_number, {})[unit.engine] = (unit.text, value)
-        truth[unit.region_number] = line_truth
-    out: dict[str, dict[int, str]] = {name: {} for name in [*engines, "best_of_n", "oracle"]}
-    for line, candidates in by_line.items():
-        for engine in engines:
-            out[engine][line] = candidates.get(engine, ("", None))[0]
-        ordered = [(engine, *candidates[engine]) for engine in engines if engine in candidates]
-        scored = [item for item in ordered if item[2] is not None]
-        if scored:
-            out["best_of_n"][line] = max(scored, key=lambda item: item[2])[1]
-        else:
-            out["best_of_n"][line] = ordered[0][1] if ordered else ""
-        out["oracle"][line] = min(
-            (item[1] for item in ordered),
-            key=lambda text: levenshtein(normalize_ws(text), truth[line]),
-            default="",
-        )
-    out["_truth"] = truth
-    return out
-
-
-def corpus_cer(hypotheses: dict[int, str], truths: dict[int, str]) -> float:
-    errors = sum(levenshtein(normalize_ws(hypotheses[k]), truths[k]) for k in truths)
-    return errors / sum(len(truths[k]) for k in truths)
+from bench.train_consensus import (  # noqa: E402
+    ENGINES,
+    SETS,
+    best_of_n_lines,
+    load_examples,
+    out_of_fold,
+    pick,
+)
+from ocrfleet.labels import canonical  # noqa: E402
+from ocrfleet.metrics import levenshtein  # noqa: E402
+from ocrfleet.scorers.consensus import WEIGHTS_PATH, load_calibration  # noqa: E402
 
 
 def main() -> None:
-    from ocrfleet.engines import load_detector
-    from ocrfleet.scorers import second_readers
+    ex, x, ok = load_examples(SETS)
+    y = np.array(ex.labels, dtype=bool)
+    raw = np.zeros(len(y))
+    raw[ok] = out_of_fold(x[ok], y[ok], np.array(ex.docs)[ok].tolist())
+    calibration = load_calibration(WEIGHTS_PATH)
+    prob = calibration.calibration(raw)
+    margin = calibration.margin
+    truth = dict(zip(ex.rows, ex.truths, strict=True))
+    case = dict(zip(ex.rows, ex.case_sensitive, strict=True))
+    sets = np.array(ex.sets)
+    print(f"# best-of-N margin {margin} (weights sha256 {calibration.sha256[:12]})")
+    for name in SETS:
+        lines = best_of_n_lines(prob, ex, ok & (sets == name))
+        lines = {r: c for r, c in lines.items() if len(c) == len(ENGINES)}
 
-    settings = Settings()
-    readers = second_readers(settings)
-    scorer = ConsensusScorer(settings, readers)
-    cache = ReadCache(CACHE / "reads.json")
-    lines = real_lines(load_detector(settings), readers, cache.read)
-    data = read_and_score(
-        [line.image for line in lines], [line.truth for line in lines], readers, cache.read, scorer
-    )
-    engines = [reader.name for reader in readers]
-    picked = choices(data, engines)
-    truths = picked.pop("_truth")
-    print(f"# real: {len(truths)} lines, {sum(len(t) for t in truths.values())} characters")
-    for name in [*engines, "best_of_n", "oracle"]:
-        exact = sum(normalize_ws(picked[name][k]) == truths[k] for k in truths)
+        def distance(text: str, row: str) -> int:
+            return levenshtein(
+                canonical(text, case_sensitive=case[row]),
+                canonical(truth[row], case_sensitive=case[row]),
+            )
+
+        chars = sum(len(canonical(truth[r], case_sensitive=case[r])) for r in lines)
+        print(f"# {name}: {len(lines)} lines, {chars} characters")
+        for engine in ENGINES:
+            errors = sum(distance(c[engine][0], r) for r, c in lines.items())
+            print(f"cer {engine} {name}: {errors / chars:.5f}")
+        errors = switches = fixed = broken = 0
+        for row, candidates in lines.items():
+            engine, text = pick(candidates, margin)
+            errors += distance(text, row)
+            if engine != ENGINES[0]:
+                switches += 1
+                before = distance(candidates[ENGINES[0]][0], row)
+                after = distance(text, row)
+                fixed += after < before
+                broken += after > before
+        print(f"cer best_of_n {name}: {errors / chars:.5f}")
+        oracle = sum(min(distance(t, r) for t, _ in c.values()) for r, c in lines.items())
+        print(f"cer oracle {name}: {oracle / chars:.5f}")
         print(
-            f"cer {name} real: {corpus_cer(picked[name], truths):.5f} "
-            f"(exact lines {exact}/{len(truths)})"
+            f"switches {name}: {switches}/{len(lines)} ({switches / max(len(lines), 1):.3f}), "
+            f"fixed {fixed}, broke {broken}"
         )
 
 

@@ -31,9 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = ["phototest", "eurotext", "8071_093.3B", "8087_054.3B"]
 
 
-def page_text(page: Image.Image, detector, recognisers, batch: int) -> dict[str, str]:
+def page_text(page: Image.Image, detector, recognisers) -> dict[str, str]:
     regions = detect_regions(page, detector)
-    candidates = recognise(page, regions, recognisers, batch)
+    candidates = recognise(page, regions, recognisers)
     return {
         rec.name: "\n".join(c.text for c in candidates if c.engine == rec.name)
         for rec in recognisers
@@ -64,7 +64,7 @@ def main() -> None:
     for name in PAGES:
         page = Image.open(folder / f"{name}.tif").convert("RGB")
         truth = (folder / f"{name}.txt").read_text(encoding="utf-8")
-        texts = page_text(page, detector, recognisers, args.batch)
+        texts = page_text(page, detector, recognisers)
         row = "".join(f"{cer(texts[r.name], truth):>11.4f}" for r in recognisers)
         print(f"{name:<14}{'page':<7}{row}")
         uzn = folder / f"{name}.uzn"
@@ -72,7 +72,7 @@ def main() -> None:
             parts: dict[str, list[str]] = {r.name: [] for r in recognisers}
             for zone in zones(uzn):
                 zone_page = crop(page, zone)
-                for engine, text in page_text(zone_page, detector, recognisers, args.batch).items():
+                for engine, text in page_text(zone_page, detector, recognisers).items():
                     parts[engine].append(text)
             joined = {engine: "\n".join(texts) for engine, texts in parts.items()}
             row = "".join(f"{cer(joined[r.name], truth):>11.4f}" for r in recognisers)

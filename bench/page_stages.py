@@ -45,7 +45,7 @@ def main() -> None:
         marks = [time.perf_counter()]
         regions = detect_regions(page, toolkit.detector)
         marks.append(time.perf_counter())
-        candidates = recognise(page, regions, toolkit.recognisers, settings.rec_batch_size)
+        candidates = recognise(page, regions, toolkit.recognisers)
         marks.append(time.perf_counter())
         score_units(page, regions, candidates, toolkit.scorer)
         marks.append(time.perf_counter())

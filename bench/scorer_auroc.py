@@ -1,170 +1,148 @@
-"""How well the consensus scorer separates right from wrong engine output:
+"""How well the consensus scorer separates usable from wrong engine output on real documents:
 `python bench/scorer_auroc.py`.
 
-Sets: (a) held-out synthetic lines (seed 1; training used seed 0), (b) real lines (UW3 +
-UNLV zones, see bench/reallines.py; never used in training). Every candidate is a real
-engine's output (RapidOCR and tesseract) on the line crop; its label is exact equality with
-the ground truth after whitespace folding. A unit the scorer could not score counts as
-the lowest score (it goes to review). Baselines: each engine's own confidence, on that
-engine's candidates.
+Rows: bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones), every crop read by
+RapidOCR and tesseract; candidates are those real readings (the confidence-less
+augmentation of training is left out here), labelled by `ocrfleet.labels.same_text`
+(case-insensitive on SROIE). Every number is out of sample:
 
-Prints `auroc <scorer> <set>: X.XXX`, and for the consensus scorer the highest auto-accept
-rate whose accepted text is still >= 99% exact (threshold chosen on that same set, so an
-upper bound), plus what the threshold chosen on the synthetic set gives on the real set.
+- `auroc consensus <set>`: grouped 5-fold cross-validation by document over all sets (the
+  same folds as training), scored on that set's candidates;
+- `auroc baseline-agreement <set>`: the edit similarity to the independent re-read alone;
+  `best single feature <set>`: the best AUROC any one feature reaches (either direction);
+- `auroc consensus domain-out <train>-><test>`: fitted on receipts only and scored on the
+  book lines and zones, and the reverse;
+- at the shipped thresholds (the weights file's, chosen on these out-of-fold scores), per
+  set and engine: accept rate, precision and its Clopper-Pearson 95% lower bound; and a
+  split-half check where thresholds are chosen on half the documents and applied to the
+  other half.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.reallines import real_lines  # noqa: E402
-from bench.synthetic import synthetic_lines  # noqa: E402
-from bench.train_consensus import CACHE, HELDOUT_SEED, ReadCache, same_text  # noqa: E402
-from ocrfleet import ir  # noqa: E402
-from ocrfleet.config import Settings  # noqa: E402
-from ocrfleet.engines.base import Recogniser  # noqa: E402
-from ocrfleet.scorers.base import Unit  # noqa: E402
-from ocrfleet.scorers.consensus import ConsensusScorer  # noqa: E402
-from ocrfleet.thresholds import auroc, best_accept_rate, threshold_table  # noqa: E402
+from bench.train_consensus import (  # noqa: E402
+    AUGMENTED,
+    ENGINES,
+    PRECISION,
+    SETS,
+    fit_trees,
+    fold_of,
+    load_examples,
+    out_of_fold,
+    raw_scores,
+)
+from ocrfleet.scorers.consensus import WEIGHTS_PATH, load_calibration  # noqa: E402
+from ocrfleet.scorers.features import FEATURE_NAMES  # noqa: E402
+from ocrfleet.thresholds import auroc, choose_threshold, clopper_pearson  # noqa: E402
 
-N_HELDOUT = 600
-PRECISION = 0.99
-REPORTED_THRESHOLDS = (0.5, 0.9, 0.99, 0.998)  # 0.5 is the settings' default threshold
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """Every engine's reading of every line of a set, with labels and scores."""
-
-    units: list[Unit]
-    labels: list[bool]
-    truths: list[str]
-    scores: list[ir.Score]
-
-    def consensus(self, engine: str | None = None) -> tuple[list[bool], list[float | None]]:
-        pairs = [
-            (label, score.score if score.verdict == ir.Verdict.scored else None)
-            for unit, label, score in zip(self.units, self.labels, self.scores, strict=True)
-            if engine is None or unit.engine == engine
-        ]
-        return [p[0] for p in pairs], [p[1] for p in pairs]
-
-    def confidence(self, engine: str) -> tuple[list[bool], list[float | None]]:
-        pairs = [
-            (label, unit.confidence)
-            for unit, label in zip(self.units, self.labels, strict=True)
-            if unit.engine == engine
-        ]
-        return [p[0] for p in pairs], [p[1] for p in pairs]
+DOMAINS = {"receipts": ("sroie",), "books": ("uw3", "unlv")}
 
 
-def read_and_score(
-    images: Sequence, truths: Sequence[str], readers: Sequence[Recogniser], read, scorer
-) -> Candidates:
-    """Each reader reads every image (one batch per reader); all candidates are scored in
-    one batch, region number = line number, so candidates of a line share one crop."""
-    readings = {reader.name: read(reader, list(images)) for reader in readers}
-    units, labels, unit_truths = [], [], []
-    for n, (image, truth) in enumerate(zip(images, truths, strict=True)):
-        for reader in readers:
-            if readings[reader.name][n] is None:  # the engine failed: no candidate
-                continue
-            text, confidence = readings[reader.name][n]
-            units.append(Unit(image, text, ir.Category.text, n + 1, reader.name, confidence))
-            labels.append(same_text(text, truth))
-            unit_truths.append(truth)
-    return Candidates(units, labels, unit_truths, scorer.score(units))
-
-
-def load_sets(settings: Settings, readers: Sequence[Recogniser], scorer) -> dict[str, Candidates]:
-    from ocrfleet.engines import load_detector
-
-    cache = ReadCache(CACHE / "reads.json")
-    synthetic = synthetic_lines(N_HELDOUT, HELDOUT_SEED)
-    real = real_lines(load_detector(settings), readers, cache.read)
-    return {
-        "synthetic": read_and_score(
-            [line.image for line in synthetic],
-            [line.truth for line in synthetic],
-            readers,
-            cache.read,
-            scorer,
-        ),
-        "real": read_and_score(
-            [line.image for line in real],
-            [line.truth for line in real],
-            readers,
-            cache.read,
-            scorer,
-        ),
-    }
-
-
-def report(sets: dict[str, Candidates], readers: Sequence[Recogniser]) -> None:
-    for set_name, data in sets.items():
-        labels, scores = data.consensus()
-        print(
-            f"# {set_name}: {len(labels)} candidates on {len(labels) // len(readers)} lines, "
-            f"{sum(labels)} exact; not scored: {sum(s is None for s in scores)}"
-        )
-        print(f"auroc consensus {set_name}: {auroc(labels, scores):.3f}")
-        for reader in readers:
-            print(
-                f"auroc {reader.name}_conf {set_name}: {auroc(*data.confidence(reader.name)):.3f}"
-            )
-        for reader in readers:
-            print(
-                f"auroc consensus[{reader.name}] {set_name}: "
-                f"{auroc(*data.consensus(reader.name)):.3f}"
-            )
-        row = best_accept_rate(labels, scores, PRECISION)
-        if row is None:
-            print(f"accept_rate@{PRECISION:.0%}precision consensus {set_name}: 0.000 (none)")
-        else:
-            print(
-                f"accept_rate@{PRECISION:.0%}precision consensus {set_name}: {row.accept_rate:.3f} "
-                f"(threshold {row.threshold:.4f}, accepted {row.n_accepted}/{len(labels)}, "
-                f"precision {row.precision:.4f})"
-            )
-        for reader in readers:
-            row = best_accept_rate(*data.confidence(reader.name), PRECISION)
-            rate = 0.0 if row is None else row.accept_rate
-            print(
-                f"accept_rate@{PRECISION:.0%}precision {reader.name}_conf[{reader.name}] "
-                f"{set_name}: {rate:.3f}"
-            )
-        for row in threshold_table(labels, scores, REPORTED_THRESHOLDS):
-            precision = "n/a" if row.precision is None else f"{row.precision:.4f}"
-            print(
-                f"at threshold {row.threshold:.3f} consensus {set_name}: "
-                f"accept_rate {row.accept_rate:.3f}, precision {precision}"
-            )
-    if "synthetic" in sets and "real" in sets:
-        chosen = best_accept_rate(*sets["synthetic"].consensus(), PRECISION)
-        if chosen is not None:
-            (row,) = threshold_table(*sets["real"].consensus(), [chosen.threshold])
-            precision = "n/a" if row.precision is None else f"{row.precision:.4f}"
-            print(
-                f"transfer: threshold {chosen.threshold:.4f} from synthetic gives on real "
-                f"accept_rate {row.accept_rate:.3f}, precision {precision}"
-            )
+def accept_line(label: str, y: np.ndarray, accepted: np.ndarray) -> str:
+    n, k = int(accepted.sum()), int(y[accepted].sum())
+    if n == 0:
+        return f"{label}: accept_rate 0.000 (0/{len(y)})"
+    lower = clopper_pearson(k, n)[0]
+    return (
+        f"{label}: accept_rate {n / len(y):.3f} ({n}/{len(y)}), precision {k / n:.4f} "
+        f"(95% lower bound {lower:.4f})"
+    )
 
 
 def main() -> None:
-    from ocrfleet.scorers import second_readers
+    ex, x, ok = load_examples(SETS)
+    y = np.array(ex.labels, dtype=bool)
+    sets = np.array(ex.sets)
+    engines = np.array([u.engine for u in ex.units])
+    docs = np.array(ex.docs)
+    real = ok & (engines != AUGMENTED)
+    raw = np.zeros(len(y))
+    raw[ok] = out_of_fold(x[ok], y[ok], docs[ok].tolist())
+    calibration = load_calibration(WEIGHTS_PATH)
+    prob = calibration.calibration(raw)
+    sim = x[:, FEATURE_NAMES.index("reread_max_sim")]
+    print(f"# weights {WEIGHTS_PATH.name} sha256 {calibration.sha256[:12]}")
+    for name in SETS:
+        m = real & (sets == name)
+        print(
+            f"# {name}: {int(m.sum())} candidates on {len(set(docs[m]))} documents, "
+            f"{int(y[m].sum())} usable"
+        )
+        consensus = auroc(y[m].tolist(), raw[m].tolist())
+        print(f"auroc consensus {name}: {consensus:.3f}")
+        print(f"auroc baseline-agreement {name}: {auroc(y[m].tolist(), sim[m].tolist()):.3f}")
+        singles = []
+        for j, feature in enumerate(FEATURE_NAMES):
+            if np.ptp(x[m, j]) == 0:
+                continue
+            a = auroc(y[m].tolist(), x[m, j].tolist())
+            singles.append((max(a, 1 - a), feature))
+        best, feature = max(singles)
+        print(f"best single feature {name}: {best:.3f} ({feature})")
+        for engine in ENGINES:
+            e = m & (engines == engine)
+            print(f"auroc consensus {name}[{engine}]: {auroc(y[e].tolist(), raw[e].tolist()):.3f}")
+    m = ok & (engines == AUGMENTED)
+    print(f"auroc consensus augmented-no-confidence: {auroc(y[m].tolist(), raw[m].tolist()):.3f}")
 
-    settings = Settings()
-    readers = second_readers(settings)
-    scorer = ConsensusScorer(settings, readers)
-    print(f"scorer {scorer.version}")
-    report(load_sets(settings, readers, scorer), readers)
+    for train_name, train_sets in DOMAINS.items():
+        for test_name, test_sets in DOMAINS.items():
+            if test_name == train_name:
+                continue
+            fit = ok & np.isin(sets, train_sets)
+            test = real & np.isin(sets, test_sets)
+            model = fit_trees(x[fit], y[fit])
+            value = auroc(y[test].tolist(), raw_scores(model, x[test]).tolist())
+            base = auroc(y[test].tolist(), sim[test].tolist())
+            print(f"auroc consensus domain-out {train_name}->{test_name}: {value:.3f}")
+            print(f"auroc baseline-agreement domain-out {train_name}->{test_name}: {base:.3f}")
+
+    print("# at the shipped thresholds (out-of-fold scores)")
+    for name in SETS:
+        for engine in ENGINES:
+            m = real & (sets == name) & (engines == engine)
+            threshold = calibration.threshold(engine, "text")
+            if threshold is None:
+                print(f"at shipped threshold {name}[{engine}]: uncalibrated")
+                continue
+            print(accept_line(f"at shipped threshold {name}[{engine}]", y[m], prob[m] >= threshold))
+        m = real & (sets == name)
+        accepted = np.array(
+            [
+                calibration.threshold(e, "text") is not None
+                and p >= calibration.threshold(e, "text")
+                for e, p in zip(engines, prob, strict=True)
+            ]
+        )
+        print(accept_line(f"at shipped thresholds {name}", y[m], accepted[m]))
+
+    print("# split-half: thresholds chosen on one half of the documents, applied to the other")
+    half = np.array([fold_of(doc, 2) for doc in docs])
+    for chosen_on in (0, 1):
+        for engine in ENGINES:
+            pick = real & (half == chosen_on) & (engines == engine)
+            choice = choose_threshold(y[pick].tolist(), prob[pick].tolist(), PRECISION)
+            for name in SETS:
+                m = real & (half != chosen_on) & (sets == name) & (engines == engine)
+                if choice is None:
+                    print(f"split-half {chosen_on} {name}[{engine}]: no threshold")
+                    continue
+                print(
+                    accept_line(
+                        f"split-half {chosen_on} {name}[{engine}] t={choice.threshold:.4f}",
+                        y[m],
+                        prob[m] >= choice.threshold,
+                    )
+                )
 
 
 if __name__ == "__main__":

@@ -1,273 +1,440 @@
-"""Train the consensus scorer's calibration: `python bench/train_consensus.py`.
+"""Fit the consensus scorer on real engine output: `python bench/train_consensus.py`.
 
-Data (synthetic only; the realdocs that `scorer_auroc.py` evaluates on are never seen):
+Data: the rows of bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones; every
+crop read by RapidOCR and tesseract, cached). Each engine's reading is a candidate, its
+independent re-read the other engine's reading of the same crop; the label is
+`ocrfleet.labels.same_text` (case-insensitive for SROIE, whose transcripts are often
+upper-cased). Augmentation, never the base: candidates of an engine without confidence
+(the way MiniCPM-OCR's look), re-read by both engines: for a receipt's detected region, both
+engines' readings of the matching ground-truth box (real errors on a slightly different
+crop), and for book lines and zones the truth and one rule perturbation of it.
 
-- synthetic degraded text lines (bench/synthetic.py, seed 0) read by the real engines
-  (RapidOCR and tesseract): each engine's output is a candidate, correct when it equals
-  the truth after whitespace folding; these carry the engines' real confidences and real
-  mistakes;
-- the truth itself (correct) and rule perturbations of it (wrong: changed digits,
-  look-alike characters, dropped, inserted and swapped characters, merged and split
-  words, dropped words, truncation, case flips) as candidates of an engine without
-  confidence, the way a MiniCPM-OCR candidate looks to the scorer;
-- synthetic tables with HTML truth and broken-cell versions of it.
-
-The fit (consensus.fit_weights) is deterministic: the same data hash gives the same weights
-file byte for byte. Engine reads are cached under bench/out/cache (keyed by image bytes and
-engine version), so a rerun costs only the feature computation.
+Procedure (fixed seeds throughout, so the same rows give the same file byte for byte):
+1. documents go to 5 folds by a hash of their id (grouped: a receipt or page is never
+   both fitted and predicted);
+2. out-of-fold log-odds for every candidate from a HistGradientBoostingClassifier with
+   monotone constraints (`features.INCREASING`) fitted on the other folds;
+3. the Platt map is fitted on those held-back predictions; thresholds per (engine,
+   category) are the lowest whose Clopper-Pearson 95% lower bound on precision is >= 0.99
+   on them, raised where a set's point precision would fall below 0.99; the best-of-N
+   margin is the smallest that never makes a set's CER worse than the primary engine's;
+4. the shipped trees are fitted on all rows.
+The weights file records the data hashes, the cross-validation AUROCs and every choice.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
+import os
 import random
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+
+# One OpenMP thread: on a shared machine scikit-learn's spinning OpenMP threads make the fit
+# many times slower; with one thread the fit is also trivially the same run to run.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.synthetic import SynthLine, perturb, synthetic_lines, synthetic_tables  # noqa: E402
+from bench.realrows import OUT, RealRow, load_rows  # noqa: E402
+from bench.synthetic import perturb  # noqa: E402
 from ocrfleet import ir  # noqa: E402
-from ocrfleet.config import Settings  # noqa: E402
-from ocrfleet.engines.base import Recogniser  # noqa: E402
-from ocrfleet.metrics import normalize_ws  # noqa: E402
+from ocrfleet.labels import same_text  # noqa: E402
+from ocrfleet.metrics import levenshtein  # noqa: E402
 from ocrfleet.scorers.base import Unit  # noqa: E402
-from ocrfleet.scorers.consensus import (  # noqa: E402
-    WEIGHTS_PATH,
-    ConsensusFeatures,
-    Failure,
-    fit_weights,
-)
+from ocrfleet.scorers.consensus import OTHER_ENGINE, WEIGHTS_FORMAT, WEIGHTS_PATH  # noqa: E402
+from ocrfleet.scorers.features import FEATURE_NAMES, INCREASING, READERS, Reading  # noqa: E402
+from ocrfleet.thresholds import choose_threshold  # noqa: E402
 
-CACHE = ROOT / "bench" / "out" / "cache"
-SYNTHETIC_ENGINE = "synthetic"  # candidates without an engine confidence
-TRAIN_SEED = 0
-HELDOUT_SEED = 1  # scorer_auroc.py's held-out synthetic set
-N_LINES = 2400
-N_TABLES = 150
-PERTURBATIONS_PER_LINE = 1
-HELPER = "helper"  # a unit that supplies a second read and is not trained on
-L2 = 1.0
+SETS = ("sroie", "uw3", "unlv")
+ENGINES = READERS  # the engines that produced the candidates, in primary order
+AUGMENTED = "augmented"  # the engine name of confidence-less candidates
+N_FOLDS = 5
+SEED = 0
+PRECISION = 0.99
+CATEGORIES = ("text", "formula", "table")
+HGB_PARAMS = {
+    "learning_rate": 0.06,
+    "max_iter": 250,
+    "max_leaf_nodes": 15,
+    "min_samples_leaf": 40,
+    "l2_regularization": 1.0,
+    "early_stopping": False,
+    "random_state": SEED,
+}
+MARGINS = tuple(round(m, 3) for m in np.arange(0.0, 1.0001, 0.02))
+
+
+@dataclass
+class Examples:
+    """Candidates with their cached re-reads, labels and groups, in a fixed order."""
+
+    units: list[Unit] = field(default_factory=list)
+    rereads: list[dict[str, Reading]] = field(default_factory=list)
+    labels: list[bool] = field(default_factory=list)
+    sets: list[str] = field(default_factory=list)
+    docs: list[str] = field(default_factory=list)  # "<set>/<doc>"
+    rows: list[str] = field(default_factory=list)  # the row id: candidates of one crop
+    truths: list[str] = field(default_factory=list)
+    case_sensitive: list[bool] = field(default_factory=list)
+
+    def add(self, row: RealRow, unit: Unit, rereads: dict[str, Reading], label: bool) -> None:
+        self.units.append(unit)
+        self.rereads.append(rereads)
+        self.labels.append(label)
+        self.sets.append(row.set)
+        self.docs.append(f"{row.set}/{row.doc}")
+        self.rows.append(f"{row.set}/{row.id}")
+        self.truths.append(row.truth)
+        self.case_sensitive.append(row.case_sensitive)
+
+
+def _reading(row: RealRow, engine: str) -> Reading | None:
+    value = row.reads.get(engine)
+    return None if value is None else Reading(engine, value[0], value[1])
+
+
+def build_examples(rows: Sequence[RealRow], seed: int = SEED) -> Examples:
+    """Engine candidates for every row, then the confidence-less augmentation."""
+    rng = random.Random(seed)
+    out = Examples()
+    partner: dict[tuple[str, str], RealRow] = {}
+    for row in rows:  # a receipt's ground-truth box row, by (doc, truth)
+        if row.source == "gt":
+            partner.setdefault((row.doc, row.truth), row)
+    for row in rows:
+        image = row.crop()
+        readings = {engine: _reading(row, engine) for engine in ENGINES}
+        for engine, reading in readings.items():
+            if reading is None:
+                continue
+            rereads = {
+                other: r for other, r in readings.items() if other != engine and r is not None
+            }
+            unit = Unit(image, reading.text, ir.Category.text, 1, engine, reading.confidence)
+            label = same_text(reading.text, row.truth, case_sensitive=row.case_sensitive)
+            out.add(row, unit, rereads, label)
+        both = {engine: r for engine, r in readings.items() if r is not None}
+        texts: list[str] = []
+        if row.set == "sroie":
+            if row.source == "det" and (row.doc, row.truth) in partner:
+                other = partner[(row.doc, row.truth)]
+                texts = [r[0] for r in other.reads.values() if r is not None]
+        else:
+            texts = [row.truth]
+            changed = perturb(row.truth, rng)
+            if changed is not None:
+                texts.append(changed[1])
+        for text in dict.fromkeys(texts):
+            unit = Unit(image, text, ir.Category.text, 1, AUGMENTED, None)
+            label = same_text(text, row.truth, case_sensitive=row.case_sensitive)
+            out.add(row, unit, both, label)
+    return out
+
+
+def featurize(examples: Examples) -> tuple[np.ndarray, np.ndarray]:
+    """Feature matrix and a mask of the examples that could be scored (a unit the scorer
+    cannot score gets a verdict, never a score, so it is not training data)."""
+    from ocrfleet.config import Settings
+    from ocrfleet.scorers.consensus import ConsensusFeatures
+
+    features = ConsensusFeatures(Settings(), [_NoReader(name) for name in READERS])
+    computed = features.compute(examples.units, examples.rereads)
+    x = np.zeros((len(computed), len(FEATURE_NAMES)))
+    ok = np.zeros(len(computed), dtype=bool)
+    for i, value in enumerate(computed):
+        if isinstance(value, np.ndarray):
+            x[i], ok[i] = value, True
+    return x, ok
 
 
 @dataclass(frozen=True)
-class Example:
-    unit: Unit
-    label: bool
-    kind: str  # "engine", "truth", a perturbation rule, "table", "broken_table", HELPER
+class _NoReader:
+    """A re-reader that is never asked: training passes the cached readings."""
+
+    name: str
+    version: str = "cached"
+
+    def recognise(self, crops):  # pragma: no cover - never called
+        raise AssertionError("training reads from the cache")
 
 
-class ReadCache:
-    """Engine readings by (engine version, image bytes): reading is the slow part."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.data: dict[str, list] = {}
-        if path is not None and path.is_file():
-            self.data = json.loads(path.read_text(encoding="utf-8"))
-
-    @staticmethod
-    def key(reader: Recogniser, image: Image.Image) -> str:
-        buffer = io.BytesIO()
-        image.save(buffer, format="PNG", compress_level=1)
-        return hashlib.sha256(
-            f"{reader.name}@{reader.version}".encode() + buffer.getvalue()
-        ).hexdigest()
-
-    def read(
-        self, reader: Recogniser, images: Sequence[Image.Image]
-    ) -> list[tuple[str, float | None] | None]:
-        """Each image's reading, None where the engine failed on it."""
-        keys = [self.key(reader, image) for image in images]
-        missing = [i for i, key in enumerate(keys) if key not in self.data]
-        if missing:
-            try:
-                outputs = reader.recognise([images[i] for i in missing])
-            except Exception:  # noqa: BLE001 - find the image that fails, read the rest
-                outputs = [self._read_one(reader, images[i]) for i in missing]
-            for i, output in zip(missing, outputs, strict=True):
-                self.data[keys[i]] = None if output is None else [output[0], output[1]]
-            self.save()
-        return [None if self.data[k] is None else (self.data[k][0], self.data[k][1]) for k in keys]
-
-    @staticmethod
-    def _read_one(reader: Recogniser, image: Image.Image) -> tuple[str, float | None] | None:
-        try:
-            ((text, confidence),) = reader.recognise([image])
-        except Exception as error:  # noqa: BLE001 - recorded as a failed read
-            print(f"{reader.name} cannot read a {image.size} image: {error}", file=sys.stderr)
-            return None
-        return text, confidence
-
-    def save(self) -> None:
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(self.data, sort_keys=True), encoding="utf-8")
+def rows_sha256(rows: Sequence[RealRow]) -> str:
+    """What the examples are built from: ids, truths and every reading."""
+    digest = hashlib.sha256()
+    for r in rows:
+        digest.update(
+            json.dumps([r.set, r.id, r.truth, sorted(r.reads.items())], ensure_ascii=False).encode()
+        )
+    return digest.hexdigest()
 
 
-def same_text(candidate: str, truth: str) -> bool:
-    """The label: exactly the truth after whitespace folding."""
-    return normalize_ws(candidate) == normalize_ws(truth)
+def load_examples(
+    sets: Sequence[str], rows: Sequence[RealRow] | None = None
+) -> tuple[Examples, np.ndarray, np.ndarray]:
+    """Examples of the rows (default: the cached rows of `sets`), their features and the
+    scoreable mask. Features are cached beside the rows under the hash of the rows and the
+    feature names."""
+    rows = [row for name in sets for row in load_rows(name)] if rows is None else list(rows)
+    ex = build_examples(rows)
+    key = hashlib.sha256(
+        (rows_sha256(rows) + json.dumps(list(FEATURE_NAMES))).encode()
+    ).hexdigest()[:16]
+    cache = OUT / f"features-{key}.npz"
+    if cache.is_file():
+        saved = np.load(cache)
+        return ex, saved["x"], saved["ok"]
+    x, ok = featurize(ex)
+    np.savez(cache, x=x, ok=ok)
+    return ex, x, ok
 
 
-def line_examples(
-    lines: Sequence[SynthLine],
-    readers: Sequence[Recogniser],
-    cache: ReadCache,
-    seed: int,
-    perturbations: int = PERTURBATIONS_PER_LINE,
-) -> list[Example]:
-    """Engine candidates, the truth and perturbations of it, for every line."""
-    rng = random.Random(seed)
-    images = [line.image for line in lines]
-    reads = {reader.name: cache.read(reader, images) for reader in readers}
-    examples = []
-    for n, line in enumerate(lines):
-
-        def unit(text: str, engine: str, confidence: float | None, line=line, n=n) -> Unit:
-            return Unit(line.image, text, line.category, n + 1, engine, confidence)
-
-        for reader in readers:
-            if reads[reader.name][n] is None:
-                continue
-            text, confidence = reads[reader.name][n]
-            examples.append(
-                Example(unit(text, reader.name, confidence), same_text(text, line.truth), "engine")
-            )
-        examples.append(Example(unit(line.truth, SYNTHETIC_ENGINE, None), True, "truth"))
-        for _ in range(perturbations):
-            changed = perturb(line.truth, rng)
-            if changed is not None:
-                rule, text = changed
-                examples.append(Example(unit(text, SYNTHETIC_ENGINE, None), False, rule))
-    return examples
+def data_sha256(x: np.ndarray, y: np.ndarray, groups: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps(list(FEATURE_NAMES)).encode())
+    digest.update(np.ascontiguousarray(np.round(x, 6) + 0.0, dtype="<f8").tobytes())
+    digest.update(np.ascontiguousarray(y, dtype=np.int8).tobytes())
+    digest.update("\n".join(groups).encode())
+    return digest.hexdigest()
 
 
-def table_examples(
-    n: int, seed: int, readers: Sequence[Recogniser], cache: ReadCache
-) -> list[Example]:
-    """Correct and broken-cell HTML for synthetic tables. The engines' plain-text reads of
-    each table ride along as helper units: they give the second read, and are not trained
-    on (a line engine's text is not a table candidate)."""
-    tables = synthetic_tables(n, seed)
-    reads = {
-        reader.name: cache.read(reader, [table.image for table, _ in tables]) for reader in readers
+def fold_of(doc: str, n_folds: int = N_FOLDS) -> int:
+    return int(hashlib.sha256(doc.encode()).hexdigest(), 16) % n_folds
+
+
+def monotone() -> list[int]:
+    return [1 if name in INCREASING else 0 for name in FEATURE_NAMES]
+
+
+def fit_trees(x: np.ndarray, y: np.ndarray):
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    model = HistGradientBoostingClassifier(monotonic_cst=monotone(), **HGB_PARAMS)
+    return model.fit(x, y)
+
+
+def raw_scores(model, x: np.ndarray) -> np.ndarray:
+    return model.decision_function(x)
+
+
+def out_of_fold(x: np.ndarray, y: np.ndarray, docs: Sequence[str]) -> np.ndarray:
+    """Log-odds for every row from a model that never saw its document (cached under
+    bench/out by the hash of the data and the fit's parameters)."""
+    key = hashlib.sha256(
+        (data_sha256(x, y, docs) + json.dumps(HGB_PARAMS, sort_keys=True)).encode()
+    ).hexdigest()[:16]
+    cache = OUT / f"oof-{key}.npy"
+    if cache.is_file():
+        return np.load(cache)
+    folds = np.array([fold_of(doc) for doc in docs])
+    raw = np.zeros(len(y))
+    for k in range(N_FOLDS):
+        test = folds == k
+        raw[test] = raw_scores(fit_trees(x[~test], y[~test]), x[test])
+    OUT.mkdir(parents=True, exist_ok=True)
+    np.save(cache, raw)
+    return raw
+
+
+def fit_platt(raw: np.ndarray, y: np.ndarray):
+    from sklearn.linear_model import LogisticRegression
+
+    from ocrfleet.scorers.model import Platt
+
+    fit = LogisticRegression(C=1e6, max_iter=1000).fit(raw.reshape(-1, 1), y)
+    return Platt(float(fit.coef_[0, 0]), float(fit.intercept_[0]))
+
+
+def engine_group(engine: str) -> str:
+    return engine if engine in ENGINES else OTHER_ENGINE
+
+
+def choose_thresholds(
+    prob: np.ndarray, y: np.ndarray, engines: Sequence[str], sets: Sequence[str]
+) -> tuple[dict[str, dict[str, float | None]], dict[str, dict]]:
+    """Per engine group: the lowest threshold whose Clopper-Pearson lower bound is >= 0.99
+    on all held-back sets pooled, raised until every set's point precision is >= 0.99.
+    Only text was fitted: formula and table are uncalibrated."""
+    groups = np.array([engine_group(e) for e in engines])
+    sets_arr = np.array(sets)
+    thresholds: dict[str, dict[str, float | None]] = {}
+    evidence: dict[str, dict] = {}
+    for group in (*ENGINES, OTHER_ENGINE):
+        mask = groups == group
+        chosen = choose_threshold(y[mask].tolist(), prob[mask].tolist(), PRECISION)
+        value = None if chosen is None else chosen.threshold
+        if value is not None:
+            for name in sorted(set(sets_arr[mask])):
+                m = mask & (sets_arr == name)
+                while value is not None:
+                    accepted = prob[m] >= value
+                    if accepted.sum() == 0 or y[m][accepted].mean() >= PRECISION:
+                        break
+                    higher = np.unique(prob[mask][prob[mask] > value])
+                    value = float(higher[0]) if higher.size else None
+        if value is not None:
+            accepted = mask & (prob >= value)
+            from ocrfleet.thresholds import clopper_pearson
+
+            k, n = int(y[accepted].sum()), int(accepted.sum())
+            evidence[group] = {
+                "threshold": round(value, 8),
+                "accepted": n,
+                "of": int(mask.sum()),
+                "precision": round(k / n, 6) if n else None,
+                "lower_bound_95": round(clopper_pearson(k, n)[0], 6) if n else None,
+            }
+        else:
+            evidence[group] = {"threshold": None, "of": int(mask.sum())}
+        thresholds[group] = {
+            c: (None if value is None else round(value, 8)) if c == "text" else None
+            for c in CATEGORIES
+        }
+    return thresholds, evidence
+
+
+def best_of_n_lines(
+    prob: np.ndarray, ex: Examples, mask: np.ndarray
+) -> dict[str, dict[str, tuple[str, float]]]:
+    """row -> engine -> (text, score) for the engine candidates in `mask`."""
+    lines: dict[str, dict[str, tuple[str, float]]] = {}
+    for i in np.flatnonzero(mask):
+        engine = ex.units[i].engine
+        if engine in ENGINES:
+            lines.setdefault(ex.rows[i], {})[engine] = (ex.units[i].text, float(prob[i]))
+    return lines
+
+
+def pick(candidates: dict[str, tuple[str, float]], margin: float) -> tuple[str, str]:
+    """(engine, text): the primary's candidate unless another beats its score by > margin."""
+    ordered = [e for e in ENGINES if e in candidates]
+    primary = ordered[0]
+    best = max(ordered[1:], key=lambda e: candidates[e][1], default=None)
+    if best is not None and candidates[best][1] - candidates[primary][1] > margin:
+        return best, candidates[best][0]
+    return primary, candidates[primary][0]
+
+
+def cer_of(texts: dict[str, str], truths: dict[str, str], case: dict[str, bool]) -> float:
+    from ocrfleet.labels import canonical
+
+    errors = total = 0
+    for row, truth in truths.items():
+        t = canonical(truth, case_sensitive=case[row])
+        errors += levenshtein(canonical(texts[row], case_sensitive=case[row]), t)
+        total += len(t)
+    return errors / max(total, 1)
+
+
+def choose_margin(prob: np.ndarray, ex: Examples, ok: np.ndarray) -> tuple[float, dict]:
+    """The smallest margin whose best-of-N CER is <= the primary engine's and <= the best
+    single engine's on every set (held-back scores); 1.0 (never switch) if none is."""
+    truths = {r: t for r, t in zip(ex.rows, ex.truths, strict=True)}
+    case = {r: c for r, c in zip(ex.rows, ex.case_sensitive, strict=True)}
+    sets = np.array(ex.sets)
+    per_set = {}
+    for name in sorted(set(ex.sets)):
+        lines = best_of_n_lines(prob, ex, ok & (sets == name))
+        lines = {r: c for r, c in lines.items() if len(c) == len(ENGINES)}
+        t = {r: truths[r] for r in lines}
+        singles = {e: cer_of({r: c[e][0] for r, c in lines.items()}, t, case) for e in ENGINES}
+        per_set[name] = (lines, t, singles)
+    report = {}
+    for margin in MARGINS:
+        good = True
+        rows = {}
+        for name, (lines, t, singles) in per_set.items():
+            chosen = {r: pick(c, margin)[1] for r, c in lines.items()}
+            value = cer_of(chosen, t, case)
+            rows[name] = {"cer": round(value, 6), **{e: round(v, 6) for e, v in singles.items()}}
+            good &= value <= min(singles.values())
+        report[margin] = rows
+        if good:
+            return margin, rows
+    return 1.0, report[MARGINS[-1]]
+
+
+def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
+    """Fit on `rows`, write the weights file to `out`, return its document."""
+    from ocrfleet.scorers.model import trees_from_sklearn
+    from ocrfleet.thresholds import auroc
+
+    sets = [name for name in SETS if any(row.set == name for row in rows)]
+    ex, x, ok = load_examples(sets, rows)
+    y = np.array(ex.labels, dtype=bool)
+    docs = ex.docs
+    raw = np.zeros(len(y))
+    kept_docs = [d for d, k in zip(docs, ok, strict=True) if k]
+    raw[ok] = out_of_fold(x[ok], y[ok], kept_docs)
+    platt = fit_platt(raw[ok], y[ok])
+    prob = platt(raw)
+    engines = [u.engine for u in ex.units]
+    thresholds, evidence = choose_thresholds(
+        prob[ok], y[ok], [e for e, k in zip(engines, ok, strict=True) if k],
+        [s for s, k in zip(ex.sets, ok, strict=True) if k],
+    )  # fmt: skip
+    margin, margin_report = choose_margin(prob, ex, ok)
+    set_of = np.array(ex.sets)
+    cv = {
+        name: round(
+            auroc(y[ok & (set_of == name)].tolist(), raw[ok & (set_of == name)].tolist()), 4
+        )
+        for name in sets
     }
-    examples = []
-    for k, (table, broken) in enumerate(tables):
-        for reader in readers:
-            if reads[reader.name][k] is None:
-                continue
-            text, confidence = reads[reader.name][k]
-            read = Unit(table.image, text, ir.Category.text, k + 1, reader.name, confidence)
-            examples.append(Example(read, False, HELPER))
-        good = Unit(table.image, table.truth, ir.Category.table, k + 1, SYNTHETIC_ENGINE, None)
-        bad = Unit(table.image, broken, ir.Category.table, k + 1, SYNTHETIC_ENGINE, None)
-        examples.append(Example(good, True, "table"))
-        examples.append(Example(bad, False, "broken_table"))
-    return examples
-
-
-def featurize(
-    examples: Sequence[Example], features: ConsensusFeatures
-) -> tuple[np.ndarray, np.ndarray, list[Example], dict[str, int]]:
-    """The feature matrix and labels of the examples that could be scored, and how many
-    were left out by verdict (those are never scored, so they are not training data)."""
-    computed = features.compute([example.unit for example in examples])
-    rows, labels, kept = [], [], []
-    left_out: dict[str, int] = {}
-    for example, value in zip(examples, computed, strict=True):
-        if example.kind == HELPER:
-            continue
-        if isinstance(value, Failure):
-            left_out[value.verdict.value] = left_out.get(value.verdict.value, 0) + 1
-            continue
-        rows.append(value)
-        labels.append(example.label)
-        kept.append(example)
-    return np.vstack(rows), np.array(labels, dtype=bool), kept, left_out
-
-
-def build_training_set(
-    readers: Sequence[Recogniser],
-    settings: Settings,
-    n_lines: int = N_LINES,
-    n_tables: int = N_TABLES,
-    seed: int = TRAIN_SEED,
-    cache: ReadCache | None = None,
-) -> tuple[np.ndarray, np.ndarray, list[Example], dict[str, int]]:
-    cache = cache or ReadCache(None)
-    examples = line_examples(synthetic_lines(n_lines, seed), readers, cache, seed)
-    if n_tables:
-        examples += table_examples(n_tables, seed + 1000, readers, cache)
-    return featurize(examples, ConsensusFeatures(settings, readers))
-
-
-def train(
-    readers: Sequence[Recogniser],
-    settings: Settings,
-    n_lines: int = N_LINES,
-    n_tables: int = N_TABLES,
-    seed: int = TRAIN_SEED,
-    cache: ReadCache | None = None,
-    l2: float = L2,
-) -> str:
-    """The weights file's text for a synthetic training set of this size and seed."""
-    x, y, _, left_out = build_training_set(readers, settings, n_lines, n_tables, seed, cache)
-    return fit_weights(
-        x,
-        y,
-        l2=l2,
-        extra={
-            "source": "bench/train_consensus.py: synthetic lines and tables only",
-            "seed": seed,
-            "n_lines": n_lines,
-            "n_tables": n_tables,
-            "second_readers": [f"{r.name}@{r.version}" for r in readers],
-            "left_out_by_verdict": dict(sorted(left_out.items())),
+    final = trees_from_sklearn(fit_trees(x[ok], y[ok]))
+    row_hashes = {name: rows_sha256([r for r in rows if r.set == name]) for name in sets}
+    document = {
+        "format": WEIGHTS_FORMAT,
+        "model": "HistGradientBoostingClassifier (monotone constraints) + Platt map",
+        "feature_names": list(FEATURE_NAMES),
+        "trees": final.to_json(),
+        "calibration": platt.to_json(),
+        "thresholds": thresholds,
+        "best_of_n_margin": margin,
+        "training": {
+            "source": "bench/train_consensus.py on bench/realrows.py rows",
+            "rows_sha256": row_hashes,
+            "data_sha256": data_sha256(x[ok], y[ok], kept_docs),
+            "n": int(ok.sum()),
+            "n_correct": int(y[ok].sum()),
+            "n_by_set": {name: int((ok & (set_of == name)).sum()) for name in sets},
+            "left_out_unscored": int((~ok).sum()),
+            "params": HGB_PARAMS,
+            "folds": N_FOLDS,
+            "cv_auroc_out_of_fold": cv,
+            "threshold_evidence": evidence,
+            "precision_target": PRECISION,
+            "best_of_n": {"margin": margin, "cer_by_set": margin_report},
         },
-    )
-
-
-def load_readers(settings: Settings) -> list[Recogniser]:
-    """The scorer's own second readers: the same ones `load_scorer` gives it."""
-    from ocrfleet.scorers import second_readers
-
-    return second_readers(settings)
+    }  # fmt: skip
+    out.write_text(json.dumps(document, indent=None, ensure_ascii=True) + "\n", encoding="utf-8")
+    return document
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=N_LINES)
-    parser.add_argument("--tables", type=int, default=N_TABLES)
-    parser.add_argument("--seed", type=int, default=TRAIN_SEED)
-    parser.add_argument("--l2", type=float, default=L2)
     parser.add_argument("--out", type=Path, default=WEIGHTS_PATH)
+    parser.add_argument("--sets", default=",".join(SETS))
     args = parser.parse_args(argv)
-    settings = Settings()
-    readers = load_readers(settings)
-    cache = ReadCache(CACHE / "reads.json")
-    text = train(readers, settings, args.lines, args.tables, args.seed, cache, args.l2)
-    args.out.write_text(text, encoding="utf-8")
-    document = json.loads(text)
+    OUT.mkdir(parents=True, exist_ok=True)
+    rows = [row for name in args.sets.split(",") for row in load_rows(name)]
+    document = train(rows, args.out)
+    t = document["training"]
     print(f"wrote {args.out}")
-    print(f"data_sha256 {document['training']['data_sha256']}")
-    print(f"examples {document['training']['n']} correct {document['training']['n_correct']}")
-    print(f"train log loss {document['training']['train_log_loss']}")
-    for name, coef in sorted(
-        zip(document["feature_names"], document["coef"], strict=True), key=lambda p: -abs(p[1])
-    ):
-        print(f"  {coef:+.3f} {name}")
+    print(f"data_sha256 {t['data_sha256']}")
+    print(f"examples {t['n']} correct {t['n_correct']} by set {t['n_by_set']}")
+    print(f"out-of-fold auroc {t['cv_auroc_out_of_fold']}")
+    for group, info in t["threshold_evidence"].items():
+        print(f"threshold {group}: {info}")
+    print(f"best-of-n margin {document['best_of_n_margin']}: {t['best_of_n']['cer_by_set']}")
 
 
 if __name__ == "__main__":

@@ -303,6 +303,10 @@ def thresholds(
         sys.stdout.write(json.dumps([row._asdict() for row in rows], indent=2) + "\n")
     else:
         Console().print(_threshold_table(f"thresholds for {dataset.name}", rows))
+        from ocrfleet.thresholds import shipped_threshold_lines
+
+        for line in shipped_threshold_lines(settings):
+            console.print(line)
     if plot is not None:
         plot_rows(rows, plot)
         console.print(f"plot written to {plot}")
@@ -310,12 +314,13 @@ def thresholds(
 
 def _threshold_table(title: str, rows: list) -> Table:
     table = Table(title=title)
-    for column in ("threshold", "accept rate", "precision", "accepted"):
+    for column in ("threshold", "accept rate", "precision", "95% lower bound", "accepted"):
         table.add_column(column, justify="right")
     for row in rows:
         precision = "" if row.precision is None else f"{row.precision:.3f}"
+        lower = "" if row.lower_bound is None else f"{row.lower_bound:.3f}"
         table.add_row(
-            f"{row.threshold:.2f}", f"{row.accept_rate:.3f}", precision, str(row.n_accepted)
+            f"{row.threshold:.2f}", f"{row.accept_rate:.3f}", precision, lower, str(row.n_accepted)
         )
     return table
 

@@ -15,10 +15,11 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 CommaList = Annotated[list[str], NoDecode]
 
-# Default auto-accept thresholds per scorer. Consensus scores are calibrated on synthetic
-# lines and pile up near 1 for good text: 0.998 keeps accepted text >= 99% exact on the
-# synthetic held-out set (bench/scorer_auroc.py). Jev's is its softmax decision boundary.
-SCORER_THRESHOLDS = {"consensus": 0.998, "jev": 0.5}
+# Default auto-accept thresholds per scorer. The consensus scorer's are per (engine,
+# category) and live in its weights file, chosen on held-back real documents (None here:
+# ask the calibration; see ocrfleet.pipeline.review.policy_for). Jev's is its softmax
+# decision boundary.
+SCORER_THRESHOLDS: dict[str, float | None] = {"consensus": None, "jev": 0.5}
 
 
 class Settings(BaseSettings):
@@ -48,7 +49,8 @@ class Settings(BaseSettings):
     dpi: int = Field(200, ge=36, le=600)
     rec_batch_size: int = Field(16, ge=1)
     tesseract_lang: str = Field("eng", description="tesseract -l value, e.g. eng or eng+chi_sim")
-    # Unset: the scorer's own default (SCORER_THRESHOLDS); set one from `ocrfleet thresholds`.
+    # Unset: the scorer's own defaults (SCORER_THRESHOLDS; consensus: per engine and category
+    # from its calibration); a value set here applies to every engine of that category.
     threshold_text: float | None = Field(None, ge=0.0, le=1.0)
     threshold_formula: float | None = Field(None, ge=0.0, le=1.0)
     threshold_table: float | None = Field(None, ge=0.0, le=1.0)
@@ -191,12 +193,15 @@ class Settings(BaseSettings):
             raise ValueError(f"engines must be a non-empty subset of {sorted(known)}: {value}")
         return value
 
-    def threshold(self, category: str) -> float:
-        """The effective auto-accept threshold: the setting, else the scorer's default."""
+    def threshold(self, category: str) -> float | None:
+        """The threshold set for every engine of `category` (titles, headers and the like
+        count as text): the setting, else the scorer's single default; None when the
+        scorer's calibration decides per engine."""
         from ocrfleet.ir import Category
 
         value = getattr(self, f"threshold_{Category(category).scored_as.value}")
-        return float(SCORER_THRESHOLDS[self.scorer] if value is None else value)
+        value = SCORER_THRESHOLDS[self.scorer] if value is None else value
+        return None if value is None else float(value)
 
 
 @lru_cache(maxsize=1)

@@ -58,6 +58,7 @@ def run_config(settings: Settings) -> dict[str, Any]:
         "seed": settings.seed,
         "engines": describe_engines(settings),
         "scorer": describe_scorer(settings),
+        # None: the consensus calibration's per-engine thresholds (its sha is in "scorer").
         "thresholds": {c: settings.threshold(c) for c in ("text", "formula", "table")},
         "layout": settings.layout,
         "libraries": library_versions(),

@@ -8,8 +8,10 @@ made on numbers. A unit whose score is not `scored` is never accepted: it goes t
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,6 +29,7 @@ class Row(NamedTuple):
     accept_rate: float  # accepted / all units
     precision: float | None  # correct / accepted; None when nothing is accepted
     n_accepted: int
+    lower_bound: float | None = None  # precision's Clopper-Pearson 95% lower bound
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ def threshold_table(
                 accept_rate=n_accepted / total if total else 0.0,
                 precision=sum(accepted) / n_accepted if n_accepted else None,
                 n_accepted=n_accepted,
+                lower_bound=clopper_pearson(sum(accepted), n_accepted)[0] if n_accepted else None,
             )
         )
     return rows
@@ -100,6 +104,86 @@ def best_accept_rate(
     rows = threshold_table(labels, scores, candidates)
     good = [row for row in rows if row.precision is not None and row.precision >= min_precision]
     return max(good, key=lambda row: (row.accept_rate, -row.threshold), default=None)
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided interval for a proportion of k in n: the p
+    where P(X >= k) and P(X <= k) equal (1 - confidence) / 2. Bisection on the binomial
+    tail, so no statistics package is needed."""
+    if not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return 0.0, 1.0
+    tail = (1.0 - confidence) / 2
+    lower = 0.0 if k == 0 else _bisect(lambda p: _at_least(k, n, p) - tail)
+    upper = 1.0 if k == n else _bisect(lambda p: _at_least(k + 1, n, p) - (1.0 - tail))
+    return lower, upper
+
+
+def _at_least(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in log space."""
+    if p <= 0.0:
+        return 0.0 if k > 0 else 1.0
+    if p >= 1.0:
+        return 1.0
+    i = np.arange(k, n + 1, dtype=np.float64)
+    log_pmf = _log_choose(n)[k:] + i * math.log(p) + (n - i) * math.log1p(-p)
+    top = float(log_pmf.max())
+    return float(min(1.0, math.exp(top) * np.exp(log_pmf - top).sum()))
+
+
+@lru_cache(maxsize=64)
+def _log_choose(n: int) -> np.ndarray:
+    """log C(n, i) for i = 0..n."""
+    steps = np.log(np.arange(n, 0, -1, dtype=np.float64)) - np.log(np.arange(1, n + 1))
+    return np.concatenate([[0.0], np.cumsum(steps)])
+
+
+def _bisect(increasing, lo: float = 0.0, hi: float = 1.0, steps: int = 60) -> float:
+    """The root of a function that increases over [lo, hi]."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if increasing(mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class Choice:
+    threshold: float
+    n_accepted: int
+    n_correct: int
+    accept_rate: float
+    precision: float
+    lower_bound: float  # Clopper-Pearson 95%, two-sided
+
+
+def choose_threshold(
+    labels: Sequence[bool], scores: Sequence[float | None], min_lower: float = 0.99
+) -> Choice | None:
+    """The lowest threshold (a distinct score) whose precision's Clopper-Pearson 95% lower
+    bound is >= `min_lower`; None when none is. Thresholds whose point precision is below
+    the target cannot pass and are skipped without computing a bound."""
+    pairs = sorted(
+        ((float(s), bool(label)) for label, s in zip(labels, scores, strict=True) if s is not None),
+        key=lambda pair: -pair[0],
+    )
+    total = len(labels)
+    options: list[tuple[float, int, int]] = []  # (threshold, accepted, correct), high first
+    k = 0
+    for index, (score, label) in enumerate(pairs):
+        k += label
+        if index + 1 == len(pairs) or pairs[index + 1][0] != score:
+            options.append((score, index + 1, k))
+    for threshold, n, k in reversed(options):  # lowest threshold first
+        if k / n < min_lower:
+            continue
+        lower = clopper_pearson(k, n)[0]
+        if lower >= min_lower:
+            return Choice(threshold, n, k, n / total, k / n, lower)
+    return None
 
 
 def load_dataset(path: Path) -> list[Example]:
@@ -156,6 +240,29 @@ def run_thresholds(
         [score.score if score.verdict == ir.Verdict.scored else None for score in scores],
         thresholds,
     )
+
+
+def shipped_threshold_lines(settings: Settings) -> list[str]:
+    """The consensus calibration's thresholds with the evidence they were chosen on."""
+    if settings.scorer != "consensus":
+        return []
+    from ocrfleet.scorers.consensus import WEIGHTS_PATH
+
+    raw = json.loads(WEIGHTS_PATH.read_text(encoding="utf-8"))
+    evidence = raw["training"]["threshold_evidence"]
+    lines = []
+    for engine, by_category in raw["thresholds"].items():
+        for category, threshold in by_category.items():
+            if threshold is None:
+                lines.append(f"shipped {engine}/{category}: uncalibrated (goes to review)")
+                continue
+            info = evidence.get(engine, {}) if category == "text" else {}
+            lines.append(
+                f"shipped {engine}/{category}: threshold {threshold:.4f}, held-back precision "
+                f"{info.get('precision')} (95% lower bound {info.get('lower_bound_95')}) on "
+                f"{info.get('accepted')} accepted of {info.get('of')}"
+            )
+    return lines
 
 
 def plot(rows: Sequence[Row], path: Path) -> None:

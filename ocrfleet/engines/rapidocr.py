@@ -51,6 +51,9 @@ MODEL_DIR = Path(DEFAULT_CFG_PATH).parent / "models"
 DET_MODEL = MODEL_DIR / "PP-OCRv6_det_small.onnx"
 REC_MODEL = MODEL_DIR / "PP-OCRv6_rec_small.onnx"
 WIDTH_STEP = 32  # recogniser inputs are padded to a multiple of this many pixels
+# Width buckets grow geometrically above the model's base width, so the crops of a page fall
+# into a few buckets and model calls fill up; a crop pads at most this share of its width.
+WIDTH_GROWTH = 1.25
 # rapidocr's detection settings that change boxes; their values come from its config.yaml.
 _DET_KEYS = (
     "limit_side_len",
@@ -150,6 +153,7 @@ def _rec_params(root: DictConfig) -> dict[str, Any]:
     return {
         "rec_img_shape": list(root.Rec.rec_img_shape),
         "width_step": WIDTH_STEP,
+        "width_growth": WIDTH_GROWTH,
         "use_cls": False,
     }
 
@@ -262,15 +266,28 @@ class RapidDetector:
         return found
 
 
+def bucket_width(natural: int, base: int) -> int:
+    """The padded input width of a crop whose height-normalised width is `natural`: `base`
+    (the model's own minimum), else the first of base * WIDTH_GROWTH**k, rounded up to
+    WIDTH_STEP, that holds it."""
+    width = base
+    while width < natural:
+        width = -(-math.ceil(width * WIDTH_GROWTH) // WIDTH_STEP) * WIDTH_STEP
+    return width
+
+
 class RapidRecogniser:
     """Text-line recogniser (PP-OCR CTC), batched so that batching cannot change the text.
 
     rapidocr's own batching pads every crop of a batch to the widest one, and padding
     changes what this model reads (7 of 264 realdocs lines read differently at batch size 1
-    and 16). Here each crop is resized to the model height and padded to its own width
-    rounded up to `WIDTH_STEP`; only crops with the same padded width share a model call, so
-    a crop's input tensor, and hence its text, depends on that crop alone. The resize,
-    normalisation, session and CTC decoder are rapidocr's.
+    and 16). Here each crop is resized to the model height and padded to a width bucket
+    chosen from its own width alone (`bucket_width`); only crops of the same bucket share a
+    model call, so a crop's input tensor, and hence its text, depends on that crop alone,
+    whatever the batch size and whatever else is on the page. Buckets grow geometrically
+    (`WIDTH_GROWTH`), so a page's crops fall into a few of them and batches fill: one model
+    call per bucket and `batch_size` crops. The resize, normalisation, session and CTC
+    decoder are rapidocr's.
     """
 
     name = "rapidocr"
@@ -330,8 +347,7 @@ class RapidRecogniser:
 
     def _padded_width(self, array: np.ndarray) -> int:
         h, w = array.shape[:2]
-        natural = max(self._min_width, math.ceil(self._height * w / h))
-        return -(-natural // WIDTH_STEP) * WIDTH_STEP
+        return bucket_width(math.ceil(self._height * w / h), self._min_width)
 
     def _normalise(self, array: np.ndarray, width: int) -> np.ndarray:
         """rapidocr's resize_norm_img with an explicit target width."""

@@ -20,7 +20,6 @@ def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ir.
         image,
         regions,
         toolkit.recognisers,
-        settings.rec_batch_size,
         mode=settings.engine_mode,
         timeout_s=settings.engine_timeout_s,
     )

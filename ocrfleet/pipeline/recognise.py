@@ -1,4 +1,5 @@
-"""Region OCR stage: the recognisers read the regions' crops, in batches.
+"""Region OCR stage: the recognisers read the regions' crops. Each engine gets all of a
+page's crops in one call and batches them itself (RapidOCR by width bucket).
 
 Failures are contained per crop: an engine that raises on a batch gets that batch again one
 crop at a time, and a crop that still fails becomes a Candidate with `error` set. One bad
@@ -44,14 +45,11 @@ def recognise(
     page: Image.Image,
     regions: Sequence[ir.Region],
     recognisers: Sequence[Recogniser],
-    batch_size: int,
     mode: str = "best_of_n",
     timeout_s: float | None = None,
 ) -> list[ir.Candidate]:
     """Candidates ordered by region, then recogniser order: one per (region, recogniser) in
     `best_of_n` mode, one per region in `chain` mode; none for figures."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if mode not in ("best_of_n", "chain"):
         raise ValueError(f"mode must be best_of_n or chain, got {mode!r}")
     names = [rec.name for rec in recognisers]
@@ -65,7 +63,7 @@ def recognise(
         last = position == len(recognisers) - 1
         left = []
         for region, candidate in zip(
-            pending, _read_regions(page, pending, rec, batch_size, timeout_s), strict=True
+            pending, _read_regions(page, pending, rec, timeout_s), strict=True
         ):
             if mode == "best_of_n":
                 found[region.number].append(candidate)
@@ -101,7 +99,6 @@ def _read_regions(
     page: Image.Image,
     regions: Sequence[ir.Region],
     rec: Recogniser,
-    batch_size: int,
     timeout_s: float | None,
 ) -> list[ir.Candidate]:
     """`rec`'s candidate for each region; blocks it has no mode for are read by line."""
@@ -117,7 +114,7 @@ def _read_regions(
         crops.extend(crop(page, box) for box in boxes)
         kinds.extend([ir.Category.text if by_lines else region.category.scored_as] * len(boxes))
         modes.append(READ_AS_LINES if by_lines else None)
-    readings = _read_all(rec, crops, batch_size, timeout_s, kinds)
+    readings = _read_all(rec, crops, timeout_s, kinds)
     candidates = []
     for region, (start, end), read_as in zip(regions, spans, modes, strict=True):
         parts = readings[start:end]
@@ -160,31 +157,31 @@ def _words(read: list[_Read], boxes: Sequence[ir.BBox]) -> list[ir.Word]:
 def _read_all(
     rec: Recogniser,
     crops: list[Image.Image],
-    batch_size: int,
     timeout_s: float | None = None,
     kinds: list[ir.Category] | None = None,
 ) -> list[_Reading]:
+    """Every crop of the page in one call: the engine batches them itself (RapidOCR by
+    width bucket), and slices of the page would split its batches further."""
+    if not crops:
+        return []
     kinds = kinds or [ir.Category.text] * len(crops)
+    try:
+        return list(_checked(rec, crops, timeout_s, kinds))
+    except EngineTimeout as exc:  # a stuck engine is not asked again crop by crop
+        return [_describe(exc)] * len(crops)
+    except Exception as exc:  # any engine failure: isolate the crop that causes it
+        log.warning(
+            "%s failed on a batch of %d crops (%s); retrying one at a time",
+            rec.name,
+            len(crops),
+            _describe(exc),
+        )
     readings: list[_Reading] = []
-    for start in range(0, len(crops), batch_size):
-        batch = crops[start : start + batch_size]
-        batch_kinds = kinds[start : start + batch_size]
+    for one, kind in zip(crops, kinds, strict=True):
         try:
-            readings.extend(_checked(rec, batch, timeout_s, batch_kinds))
-        except EngineTimeout as exc:  # a stuck engine is not asked again crop by crop
-            readings.extend([_describe(exc)] * len(batch))
-        except Exception as exc:  # any engine failure: isolate the crop that causes it
-            log.warning(
-                "%s failed on a batch of %d crops (%s); retrying one at a time",
-                rec.name,
-                len(batch),
-                _describe(exc),
-            )
-            for one, kind in zip(batch, batch_kinds, strict=True):
-                try:
-                    readings.extend(_checked(rec, [one], timeout_s, [kind]))
-                except Exception as one_exc:
-                    readings.append(_describe(one_exc))
+            readings.extend(_checked(rec, [one], timeout_s, [kind]))
+        except Exception as one_exc:
+            readings.append(_describe(one_exc))
     return readings
 
 

@@ -31,9 +31,10 @@ def _reader_settings(settings: Settings) -> Settings:
 
 
 def second_readers(settings: Settings) -> list[Recogniser]:
-    """The consensus scorer's independent readers, RapidOCR first, whatever engines produce
-    the candidates: a RapidOCR candidate is checked by tesseract and every other by
-    RapidOCR. Built by the engines' own loader, with the same settings."""
+    """The consensus scorer's independent re-readers, RapidOCR first, whatever engines
+    produce the candidates: a RapidOCR candidate is re-read by tesseract, a tesseract one
+    by RapidOCR, any other engine's by both. Built by the engines' own loader, with the
+    same settings."""
     from ocrfleet.engines import load_recognisers
 
     return load_recognisers(_reader_settings(settings))
@@ -52,10 +53,10 @@ def load_scorer(settings: Settings) -> Scorer:
 
 def describe_scorer(settings: Settings) -> dict[str, Any]:
     """Everything about the scorer that changes scores, without loading a model."""
-    from ocrfleet.scorers.render import renderer_version
-
-    render_version = renderer_version(settings.render_font_path)
     if settings.scorer == "jev":
+        from ocrfleet.scorers.render import renderer_version
+
+        render_version = renderer_version(settings.render_font_path)
         return {"name": "jev", "renderer": render_version, **_describe_jev(settings)}
 
     from ocrfleet.engines import describe_engines
@@ -66,9 +67,8 @@ def describe_scorer(settings: Settings) -> dict[str, Any]:
     weights = load_calibration(WEIGHTS_PATH).sha256
     return {
         "name": NAME,
-        "version": scorer_version(weights, render_version, readers),
+        "version": scorer_version(weights, readers),
         "weights_sha256": weights,
-        "renderer": render_version,
         "second_readers": dict(readers),
     }
 

@@ -1,17 +1,25 @@
 """What the consensus scorer looks at in one unit, as a fixed-order vector of numbers.
 
-Three kinds of evidence, each cheap on a CPU:
+Kinds of evidence, each cheap on a CPU:
 
 - the candidate engine's own confidence (engines are calibrated differently, so each known
-  engine has its own column; an engine without confidence fills none of them);
-- agreement with an independent second read of the same crop by another engine: two
-  engines with different errors rarely make the same mistake;
-- render-and-compare: the candidate drawn by the frozen renderer into the crop's content
-  box, compared with the crop (a dropped or extra word shows as a width or a word-gap
-  mismatch, a wrong line count as a row-profile mismatch);
+  engine has its own column and any other engine's confidence a shared one); an engine
+  without confidence (MiniCPM-OCR) sets `conf_missing` and is scored on the rest, with no
+  penalty built in: the fit decides what missing confidence is worth;
+- agreement with independent re-reads of the same crop by RapidOCR and tesseract (each
+  reader that is not the candidate's own engine): normalised edit similarity, exact and
+  folded equality, the reader's confidence, and whether the re-reads agree among
+  themselves. Two engines with different errors rarely make the same mistake;
 
-plus text features that flag shapes engine errors often take (stray non-ASCII characters,
-digits inside words, mixed case inside a word).
+plus how much ink the crop's left and right edges cut (a region that clips a character
+reads wrong in every engine alike, so agreement cannot see it), and text features that flag
+shapes engine errors often take (stray non-ASCII characters,
+digits inside words, mixed case inside a word). Texts are compared in
+`ocrfleet.labels.canonical` form, the same form the labels use.
+
+Not used: render-and-compare (the candidate drawn by the frozen renderer and compared with
+the crop): rendering and comparing took 11.2 of 15.5 s of feature time on 240 UNLV units,
+and a page's scoring time is what `ocrfleet run` pays per region. The Jev scorer renders.
 """
 
 from __future__ import annotations
@@ -25,40 +33,40 @@ import numpy as np
 from PIL import Image
 
 from ocrfleet import ir
+from ocrfleet.labels import canonical
 from ocrfleet.metrics import levenshtein, normalize_ws
 from ocrfleet.scorers.render import RenderError
-from ocrfleet.scorers.render.bounds import CONTENT_THRESHOLD, Box, background_level
+from ocrfleet.scorers.render.bounds import CONTENT_THRESHOLD, background_level
 from ocrfleet.scorers.render.formula import latex_body
 from ocrfleet.scorers.render.table import parse_table
 
 # Engines whose confidence has its own columns (their scales differ: RapidOCR's CTC
-# probabilities sit near 1, tesseract's word confidences spread much wider).
+# probabilities sit near 1, tesseract's word confidences spread much wider). They are also
+# the re-readers, each with its own agreement columns.
 CONFIDENCE_ENGINES = ("rapidocr", "tesseract")
+READERS = CONFIDENCE_ENGINES
+_READER_COLUMNS = ("missing", "sim", "exact", "exact_fold", "conf")
 
 FEATURE_NAMES: tuple[str, ...] = (
     # the candidate engine's confidence
-    "engine_rapidocr",
-    "engine_tesseract",
+    "conf_missing",
     "conf_rapidocr",
     "conf_tesseract",
-    # the second read
-    "second_missing",
-    "second_conf_rapidocr",
-    "second_conf_tesseract",
-    "agree_sim",
-    "agree_exact",
-    "agree_exact_nospace",
-    "agree_exact_alnum",
+    "conf_other",
+    # each independent re-read
+    *(f"{reader}_{column}" for reader in READERS for column in _READER_COLUMNS),
+    # all re-reads together
+    "reread_count",
+    "reread_max_sim",
+    "reread_min_sim",
+    "reread_all_exact",
+    "rereads_agree",
     "agree_word_share",
     "agree_len_logratio",
     "agree_digits_equal",
-    # render and compare
-    "render_width_logratio",
-    "render_height_logratio",
-    "render_density_logratio",
-    "render_colprofile_corr",
-    "render_rowprofile_corr",
-    "render_gap_diff",
+    # the crop: ink cut by its left or right edge (a clipped first or last character)
+    "edge_ink_left",
+    "edge_ink_right",
     # the text itself
     "text_log_len",
     "text_digit_share",
@@ -70,6 +78,19 @@ FEATURE_NAMES: tuple[str, ...] = (
     "text_single_char_words",
     "category_formula",
     "category_table",
+)
+
+# Features whose larger values can only mean "more likely right" (monotone in the fit).
+INCREASING: tuple[str, ...] = (
+    "conf_rapidocr",
+    "conf_tesseract",
+    "conf_other",
+    *(f"{reader}_{column}" for reader in READERS for column in ("sim", "exact", "exact_fold")),
+    "reread_max_sim",
+    "reread_min_sim",
+    "reread_all_exact",
+    "agree_word_share",
+    "agree_digits_equal",
 )
 
 
@@ -133,33 +154,65 @@ def _word_share(candidate: str, second: str) -> float:
 
 
 def engine_features(engine: str, confidence: float | None) -> dict[str, float]:
-    features = {}
+    missing = confidence is None or not math.isfinite(confidence)
+    features = {"conf_missing": float(missing), "conf_other": 0.0}
     for name in CONFIDENCE_ENGINES:
-        own = engine == name
-        features[f"engine_{name}"] = 1.0 if own else 0.0
-        features[f"conf_{name}"] = _conf_logit(confidence) if own else 0.0
+        features[f"conf_{name}"] = 0.0
+    if not missing:
+        column = f"conf_{engine}" if engine in CONFIDENCE_ENGINES else "conf_other"
+        features[column] = _conf_logit(confidence)
     return features
 
 
-def agreement_features(candidate: str, second: Reading | None) -> dict[str, float]:
-    """`candidate` and the second read's text are both visible text (see visible_text)."""
-    features = {name: 0.0 for name in FEATURE_NAMES if name.startswith(("agree_", "second_"))}
-    if second is None:
-        features["second_missing"] = 1.0
-        return features
-    other = normalize_ws(second.text)
-    for name in CONFIDENCE_ENGINES:
-        if second.engine == name:
-            features[f"second_conf_{name}"] = _conf_logit(second.confidence)
-    digits = [ch for ch in candidate if ch.isdigit()]
+def rereads_for(engine: str) -> tuple[str, ...]:
+    """The readers whose reading of a crop is independent of `engine`'s candidate."""
+    return tuple(reader for reader in READERS if reader != engine)
+
+
+def agreement_features(candidate: str, rereads: dict[str, Reading]) -> dict[str, float]:
+    """`candidate` is visible text; `rereads` the independent readings by reader name (a
+    reader that failed or was not asked is absent)."""
+    features = {f"{reader}_missing": 1.0 for reader in READERS}
+    for reader in READERS:
+        for column in _READER_COLUMNS[1:]:
+            features[f"{reader}_{column}"] = 0.0
+    mine = canonical(candidate)
+    sims, exacts, others = [], [], []
+    for reader in READERS:
+        reading = rereads.get(reader)
+        if reading is None:
+            continue
+        other = canonical(reading.text)
+        sim = _edit_similarity(mine, other)
+        exact = float(mine == other)
+        features.update(
+            {
+                f"{reader}_missing": 0.0,
+                f"{reader}_sim": sim,
+                f"{reader}_exact": exact,
+                f"{reader}_exact_fold": float(_alnum(mine) == _alnum(other)),
+                f"{reader}_conf": _conf_logit(reading.confidence),
+            }
+        )
+        sims.append(sim)
+        exacts.append(exact)
+        others.append(other)
+    digits = [ch for ch in mine if ch.isdigit()]
     features.update(
-        agree_sim=_edit_similarity(candidate, other),
-        agree_exact=float(candidate == other),
-        agree_exact_nospace=float(candidate.replace(" ", "") == other.replace(" ", "")),
-        agree_exact_alnum=float(_alnum(candidate) == _alnum(other)),
-        agree_word_share=_word_share(candidate, other),
-        agree_len_logratio=math.log((len(candidate) + 1) / (len(other) + 1)),
-        agree_digits_equal=float(digits == [ch for ch in other if ch.isdigit()]),
+        reread_count=float(len(others)),
+        reread_max_sim=max(sims, default=0.0),
+        reread_min_sim=min(sims, default=0.0),
+        reread_all_exact=float(bool(exacts) and all(exacts)),
+        rereads_agree=float(len(others) > 1 and len(set(others)) == 1),
+        agree_word_share=max((_word_share(mine, other) for other in others), default=0.0),
+        agree_len_logratio=(
+            0.0
+            if not others
+            else max((math.log((len(mine) + 1) / (len(o) + 1)) for o in others), key=abs)
+        ),
+        agree_digits_equal=float(
+            bool(others) and all(digits == [ch for ch in o if ch.isdigit()] for o in others)
+        ),
     )
     return features
 
@@ -188,67 +241,19 @@ def text_features(text: str, category: ir.Category) -> dict[str, float]:
     }
 
 
-def ink_mask(image: Image.Image) -> np.ndarray:
-    """Content pixels, by the same rule as the renderer's `content_bounds`."""
-    gray = np.asarray(image.convert("L"), dtype=np.uint8)
-    background = background_level(gray)
-    return np.abs(gray.astype(np.int16) - background) > CONTENT_THRESHOLD
+EDGE_COLUMNS = 2
 
 
-def _smooth(profile: np.ndarray, width: int) -> np.ndarray:
-    width = max(1, int(width))
-    if width == 1 or profile.size < 2:
-        return profile.astype(np.float64)
-    kernel = np.ones(width) / width
-    return np.convolve(profile.astype(np.float64), kernel, mode="same")
-
-
-def _corr(a: np.ndarray, b: np.ndarray) -> float:
-    a = a - a.mean()
-    b = b - b.mean()
-    denominator = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
-    return float((a * b).sum() / denominator) if denominator > 0 else 0.0
-
-
-def _gaps(profile: np.ndarray, min_width: int) -> int:
-    """Runs of empty columns at least `min_width` wide between ink (word gaps)."""
-    ink = np.flatnonzero(profile > 0)
-    if ink.size < 2:
-        return 0
-    steps = np.diff(ink) - 1
-    return int((steps >= max(1, min_width)).sum())
-
-
-def _ink_extent(mask: np.ndarray) -> tuple[int, int]:
-    rows = np.flatnonzero(mask.any(axis=1))
-    cols = np.flatnonzero(mask.any(axis=0))
-    if rows.size == 0:
-        return 0, 0
-    return int(cols[-1] - cols[0] + 1), int(rows[-1] - rows[0] + 1)
-
-
-def render_features(crop: Image.Image, rendered: Image.Image, box: Box) -> dict[str, float]:
-    """Compare the crop with the candidate rendered into the crop's content box."""
-    x0, y0, x1, y1 = box
-    crop_ink = ink_mask(crop)[y0:y1, x0:x1]
-    # The rendered canvas is white paper, black ink.
-    drawn = np.asarray(rendered.convert("L"), dtype=np.uint8)[y0:y1, x0:x1] < 128
-    height = y1 - y0
-    drawn_w, drawn_h = _ink_extent(drawn)
-    crop_w, crop_h = _ink_extent(crop_ink)
-    col_c, col_r = crop_ink.sum(axis=0), drawn.sum(axis=0)
-    row_c, row_r = crop_ink.sum(axis=1), drawn.sum(axis=1)
-    # About a third of a line height: blurs letters, keeps word gaps.
-    line_h = max(1, min(height, crop_h))
-    gap_min = max(2, round(0.3 * line_h))
-    crop_gaps, drawn_gaps = _gaps(col_c, gap_min), _gaps(col_r, gap_min)
+def crop_features(crop: Image.Image) -> dict[str, float]:
+    """Share of pixel rows with ink in the outermost columns, left and right (ink is
+    judged as the renderer's `content_bounds` judges it)."""
+    gray = np.asarray(crop.convert("L"), dtype=np.int16)
+    if gray.size == 0:
+        return {"edge_ink_left": 0.0, "edge_ink_right": 0.0}
+    ink = np.abs(gray - background_level(gray.astype(np.uint8))) > CONTENT_THRESHOLD
     return {
-        "render_width_logratio": math.log((drawn_w + 1) / (max(crop_w, 1) + 1)),
-        "render_height_logratio": math.log((drawn_h + 1) / (max(crop_h, 1) + 1)),
-        "render_density_logratio": math.log((drawn.sum() + 1) / (crop_ink.sum() + 1)),
-        "render_colprofile_corr": _corr(_smooth(col_c, line_h / 3), _smooth(col_r, line_h / 3)),
-        "render_rowprofile_corr": _corr(_smooth(row_c, 3), _smooth(row_r, 3)),
-        "render_gap_diff": (drawn_gaps - crop_gaps) / (crop_gaps + 1),
+        "edge_ink_left": float(ink[:, :EDGE_COLUMNS].any(axis=1).mean()),
+        "edge_ink_right": float(ink[:, -EDGE_COLUMNS:].any(axis=1).mean()),
     }
 
 
@@ -269,15 +274,22 @@ def unit_features(
     category: ir.Category,
     engine: str,
     confidence: float | None,
-    second: Reading | None,
-    rendered: Image.Image,
-    box: Box,
+    rereads: dict[str, Reading],
 ) -> np.ndarray:
-    """All features of one unit, in FEATURE_NAMES order."""
+    """All features of one unit, in FEATURE_NAMES order. `rereads`: the independent
+    readings of the crop by reader name, their texts as the engines gave them."""
     shown = visible_text(text, category)
     values: dict[str, float] = {}
     values.update(engine_features(engine, confidence))
-    values.update(agreement_features(shown, second))
-    values.update(render_features(crop, rendered, box))
+    values.update(
+        agreement_features(
+            shown,
+            {
+                name: Reading(r.engine, visible_text(r.text, ir.Category.text), r.confidence)
+                for name, r in rereads.items()
+            },
+        )
+    )
+    values.update(crop_features(crop))
     values.update(text_features(shown, category))
     return feature_vector(values)

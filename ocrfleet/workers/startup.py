@@ -72,7 +72,7 @@ def startup_check(toolkit: Toolkit) -> dict[str, Any]:
         }
         models.append(entry)
     page, region = warm_up_page()
-    candidates = recognise(page, [region], toolkit.recognisers, batch_size=1)
+    candidates = recognise(page, [region], toolkit.recognisers)
     failed = [c for c in candidates if c.error is not None]
     if failed:
         detail = "; ".join(f"{c.engine}: {c.error}" for c in failed)

@@ -121,7 +121,7 @@ def test_a_generation_that_hits_the_limit_is_truncated(engine, tiny_minicpm_path
         ir.Region(number=1, bbox=ir.BBox(x0=0, y0=0, x1=160, y1=40)),
         ir.Region(number=2, bbox=ir.BBox(x0=0, y0=60, x1=300, y1=120)),
     ]
-    candidates = recognise(page, regions, [early], batch_size=2)
+    candidates = recognise(page, regions, [early])
     assert [c.truncated for c in candidates] == [False, True]
     scores = [
         ir.Score(

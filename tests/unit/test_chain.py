@@ -39,7 +39,7 @@ def engines():
 
 def test_chain_hands_failed_regions_on_and_records_why(page_and_regions, engines):
     page, regions = page_and_regions
-    candidates = recognise(page, regions, engines, batch_size=4, mode="chain")
+    candidates = recognise(page, regions, engines, mode="chain")
     by_region = {c.region_number: c for c in candidates}
     assert len(candidates) == len(regions) == len(by_region)  # one candidate per region
 
@@ -61,7 +61,7 @@ def test_chain_hands_failed_regions_on_and_records_why(page_and_regions, engines
 
 def test_best_of_n_asks_every_engine(page_and_regions, engines):
     page, regions = page_and_regions
-    candidates = recognise(page, regions, engines, batch_size=4, mode="best_of_n")
+    candidates = recognise(page, regions, engines, mode="best_of_n")
     assert [(c.region_number, c.engine) for c in candidates] == [
         (n, e) for n in (1, 2, 3, 4) for e in ("rapidocr", "tesseract")
     ]

@@ -16,6 +16,7 @@ from ocrfleet.engines.rapidocr import (
     DET_MODEL,
     RapidDetector,
     RapidRecogniser,
+    bucket_width,
     detector_version,
     recogniser_version,
 )
@@ -87,6 +88,16 @@ def test_rapid_batching_never_changes_a_reading(line_images):
     random.Random(7).shuffle(order)
     shuffled = RapidRecogniser(batch_size=3).recognise([line_images[i] for i in order])
     assert [shuffled[order.index(i)] for i in range(len(order))] == expected
+
+
+def test_width_buckets_are_few_and_hold_every_crop():
+    widths = range(1, 4000, 7)
+    buckets = {bucket_width(w, 320) for w in widths}
+    assert min(buckets) == 320 and all(b % 32 == 0 for b in buckets)
+    assert len(buckets) <= 16  # a page's crops share a few model calls, not one per width
+    for w in widths:
+        b = bucket_width(w, 320)
+        assert b >= w and (b == 320 or b <= 1.25 * w + 32)
 
 
 def test_rapid_recogniser_rejects_an_empty_crop(rapid):
@@ -175,7 +186,7 @@ def test_tesseract_version_names_release_and_language(tess):
 def test_every_engine_reads_every_region(page, detector, rapid, tess):
     image, texts = page
     regions = detect_regions(image, detector)
-    candidates = recognise(image, regions, [rapid, tess], batch_size=4)
+    candidates = recognise(image, regions, [rapid, tess])
     assert [(c.region_number, c.engine) for c in candidates] == [
         (r.number, name) for r in regions for name in ("rapidocr", "tesseract")
     ]
@@ -185,12 +196,12 @@ def test_every_engine_reads_every_region(page, detector, rapid, tess):
         assert all(c.error is None for c in candidates)
 
 
-def test_stage_batch_size_does_not_change_candidates(page, detector, rapid, tess):
+def test_engine_batch_size_does_not_change_candidates(page, detector, tess):
     image, _ = page
     regions = detect_regions(image, detector)
-    one = recognise(image, regions, [rapid, tess], batch_size=1)
-    assert recognise(image, regions, [rapid, tess], batch_size=3) == one
-    assert recognise(image, regions, [rapid, tess], batch_size=64) == one
+    one = recognise(image, regions, [RapidRecogniser(batch_size=1), tess])
+    assert recognise(image, regions, [RapidRecogniser(batch_size=3), tess]) == one
+    assert recognise(image, regions, [RapidRecogniser(batch_size=64), tess]) == one
 
 
 def test_a_crop_an_engine_cannot_read_costs_that_region_only(page, detector, rapid, tess):
@@ -198,22 +209,22 @@ def test_a_crop_an_engine_cannot_read_costs_that_region_only(page, detector, rap
     good = detect_regions(image, detector)
     # a real degenerate region: zero width, so both engines raise on its crop
     flat = ir.Region(number=len(good) + 1, bbox=ir.BBox(x0=50, y0=40, x1=50, y1=80))
-    candidates = recognise(image, [*good, flat], [rapid, tess], batch_size=4)
+    candidates = recognise(image, [*good, flat], [rapid, tess])
     bad = [c for c in candidates if c.region_number == flat.number]
     assert [c.engine for c in bad] == ["rapidocr", "tesseract"]
     for c in bad:
         assert c.text == "" and c.confidence is None
         assert c.error is not None and "empty image 0x40" in c.error
     rest = [c for c in candidates if c.region_number != flat.number]
-    assert rest == recognise(image, good, [rapid, tess], batch_size=4)
+    assert rest == recognise(image, good, [rapid, tess])
 
 
 def test_stage_rejects_bad_arguments(page, rapid):
     image, _ = page
     with pytest.raises(ValueError, match="batch_size"):
-        recognise(image, [], [rapid], batch_size=0)
+        RapidRecogniser(batch_size=0)
     with pytest.raises(ValueError, match="unique"):
-        recognise(image, [], [rapid, rapid], batch_size=1)
+        recognise(image, [], [rapid, rapid])
 
 
 # --- loading by settings ----------------------------------------------------------------------
@@ -265,7 +276,7 @@ def test_phototest_page_reads_with_low_error(detector, rapid, tess):
     image = Image.open(folder / "phototest.tif").convert("RGB")
     truth = (folder / "phototest.txt").read_text(encoding="utf-8")
     regions = detect_regions(image, detector)
-    candidates = recognise(image, regions, [rapid, tess], batch_size=16)
+    candidates = recognise(image, regions, [rapid, tess])
     for engine in ("rapidocr", "tesseract"):
         text = "\n".join(c.text for c in candidates if c.engine == engine)
         assert cer(text, truth) < 0.10, (engine, text)

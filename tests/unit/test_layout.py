@@ -86,7 +86,7 @@ def test_a_real_table_is_a_table_region_read_by_lines_and_flagged(layout):
     assert len(table.lines) >= 10
     assert {r.category for r in regions} >= {ir.Category.text, ir.Category.table}
     [rapid] = load_recognisers(Settings())
-    candidates = recognise(page, [table], [rapid], batch_size=16)
+    candidates = recognise(page, [table], [rapid])
     [candidate] = candidates
     assert candidate.read_as == READ_AS_LINES
     assert candidate.text.count("\n") >= 9

@@ -1,5 +1,5 @@
-"""The review policy: every flag reason, the chosen engine, per-category thresholds, and
-units built for scoring."""
+"""The review policy: every flag reason, the chosen engine, per-category and per-engine
+thresholds, the best-of-N margin rule, and units built for scoring."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
-from ocrfleet.pipeline.review import decide, score_units
+from ocrfleet.pipeline.review import Policy, decide, policy_for, score_units
 
 SETTINGS = Settings(threshold_text=0.6, threshold_formula=0.9, threshold_table=0.5)
+POLICY = Policy(fixed={"text": 0.6, "formula": 0.9, "table": 0.5}, margin=0.0)
 
 
 def region(number: int, category: ir.Category = ir.Category.text) -> ir.Region:
@@ -44,7 +45,7 @@ def failed(number: int, engine: str, verdict: ir.Verdict) -> ir.Score:
 
 
 def one(regions, candidates, scores) -> ir.Decision:
-    (decision,) = decide(regions, candidates, scores, SETTINGS)
+    (decision,) = decide(regions, candidates, scores, SETTINGS, POLICY)
     return decision
 
 
@@ -138,7 +139,7 @@ def test_thresholds_are_per_category() -> None:
     ]
     candidates = [cand(1, "e"), cand(2, "e"), cand(3, "e")]
     scores = [scored(1, "e", 0.7), scored(2, "e", 0.7), scored(3, "e", 0.7)]
-    decisions = decide(regions, candidates, scores, SETTINGS)
+    decisions = decide(regions, candidates, scores, SETTINGS, POLICY)
     assert [d.accepted for d in decisions] == [True, False, True]
     assert [d.region_number for d in decisions] == [1, 2, 3]
 
@@ -150,6 +151,68 @@ def test_ties_go_to_the_earlier_engine() -> None:
         [scored(1, "minicpm", 0.8), scored(1, "rapidocr", 0.8)],
     )
     assert d.chosen_engine == "minicpm"
+
+
+def test_another_engine_wins_only_by_more_than_the_margin() -> None:
+    policy = Policy(fixed={"text": 0.5}, margin=0.1)
+    candidates = [cand(1, "rapidocr"), cand(1, "tesseract")]
+
+    def chosen(primary: float, other: float) -> str | None:
+        scores = [scored(1, "rapidocr", primary), scored(1, "tesseract", other)]
+        (d,) = decide([region(1)], candidates, scores, SETTINGS, policy)
+        return d.chosen_engine
+
+    assert chosen(0.80, 0.90) == "rapidocr"  # better, but not by more than the margin
+    assert chosen(0.80, 0.95) == "tesseract"
+    assert chosen(0.95, 0.20) == "rapidocr"
+
+
+def test_the_primary_is_the_first_engine_that_was_scored() -> None:
+    policy = Policy(fixed={"text": 0.5}, margin=0.1)
+    d = one(
+        [region(1)],
+        [cand(1, "rapidocr", error="crash"), cand(1, "tesseract"), cand(1, "minicpm")],
+        [scored(1, "tesseract", 0.7), scored(1, "minicpm", 0.75)],
+    )
+    assert d.chosen_engine == "minicpm"  # margin 0 in POLICY
+    (d,) = decide(
+        [region(1)],
+        [cand(1, "rapidocr", error="crash"), cand(1, "tesseract"), cand(1, "minicpm")],
+        [scored(1, "tesseract", 0.7), scored(1, "minicpm", 0.75)],
+        SETTINGS,
+        policy,
+    )
+    assert (d.chosen_engine, d.accepted) == ("tesseract", True)
+
+
+def test_thresholds_per_engine_and_uncalibrated_kinds_go_to_review() -> None:
+    policy = Policy(
+        per_engine={
+            "rapidocr": {"text": 0.9, "table": None},
+            "other": {"text": 0.8, "table": None},
+        }
+    )
+    regions = [region(1), region(2), region(3, ir.Category.table)]
+    candidates = [cand(1, "rapidocr"), cand(2, "minicpm"), cand(3, "rapidocr")]
+    scores = [scored(1, "rapidocr", 0.85), scored(2, "minicpm", 0.85), scored(3, "rapidocr", 1.0)]
+    decisions = decide(regions, candidates, scores, Settings(), policy)
+    assert [(d.accepted, d.flag_reason) for d in decisions] == [
+        (False, "low_score"),
+        (True, None),  # an engine the calibration does not name gets the "other" threshold
+        (False, "uncalibrated"),
+    ]
+
+
+def test_a_threshold_setting_overrides_the_calibration_for_every_engine() -> None:
+    policy = policy_for(Settings(threshold_text=0.25))
+    assert policy.threshold("rapidocr", "text") == policy.threshold("minicpm", "text") == 0.25
+    calibrated = policy_for(Settings())
+    from ocrfleet.scorers.consensus import WEIGHTS_PATH, load_calibration
+
+    calibration = load_calibration(WEIGHTS_PATH)
+    assert calibrated.margin == calibration.margin
+    for engine in ("rapidocr", "tesseract", "minicpm"):
+        assert calibrated.threshold(engine, "text") == calibration.threshold(engine, "text")
 
 
 # ---- score_units: real pixels, real scorer ---------------------------------------------
@@ -198,7 +261,7 @@ def test_score_units_scores_every_non_error_candidate_in_order(scorer) -> None:
     ]
     assert all(s.verdict == ir.Verdict.scored for s in scores)
     assert scores[0].score > 0.9 > scores[1].score  # the exact reading beats the misspelt one
-    decisions = decide(regions, candidates, scores, Settings(threshold_text=0.5))
+    decisions = decide(regions, candidates, scores, Settings(threshold_text=0.5), POLICY)
     assert (decisions[0].chosen_engine, decisions[0].accepted) == ("rapidocr", True)
     assert decisions[1].chosen_engine == "tesseract"
 

@@ -23,12 +23,12 @@ SCORES = [0.95, 0.80, 0.70, 0.60, 0.20, None]
 
 
 def test_table_counts_and_precision_by_hand() -> None:
-    rows = threshold_table(LABELS, SCORES, [0.0, 0.65, 0.75, 0.9, 0.99])
-    assert rows[0] == Row(0.0, 5 / 6, 3 / 5, 5)  # None is never accepted
-    assert rows[1] == Row(0.65, 3 / 6, 2 / 3, 3)
-    assert rows[2] == Row(0.75, 2 / 6, 1.0, 2)
-    assert rows[3] == Row(0.9, 1 / 6, 1.0, 1)
-    assert rows[4] == Row(0.99, 0.0, None, 0)
+    rows = [row[:4] for row in threshold_table(LABELS, SCORES, [0.0, 0.65, 0.75, 0.9, 0.99])]
+    assert rows[0] == Row(0.0, 5 / 6, 3 / 5, 5)[:4]  # None is never accepted
+    assert rows[1] == Row(0.65, 3 / 6, 2 / 3, 3)[:4]
+    assert rows[2] == Row(0.75, 2 / 6, 1.0, 2)[:4]
+    assert rows[3] == Row(0.9, 1 / 6, 1.0, 1)[:4]
+    assert rows[4] == Row(0.99, 0.0, None, 0)[:4]
 
 
 def test_accept_rate_never_rises_with_the_threshold() -> None:
@@ -75,6 +75,40 @@ def _crop(path: Path, text: str) -> None:
     image = Image.new("RGB", (300, 40), "white")
     ImageDraw.Draw(image).text((6, 6), text, font=font, fill="black")
     image.save(path)
+
+
+def test_clopper_pearson_matches_known_values() -> None:
+    from ocrfleet.thresholds import clopper_pearson
+
+    # reference values: scipy.stats.beta.ppf(0.025, k, n-k+1) and ppf(0.975, k+1, n-k)
+    assert clopper_pearson(5, 10) == pytest.approx((0.187086, 0.812914), abs=1e-6)
+    assert clopper_pearson(990, 1000) == pytest.approx((0.981687, 0.995194), abs=1e-6)
+    assert clopper_pearson(0, 10) == pytest.approx((0.0, 0.308497), abs=1e-6)
+    assert clopper_pearson(10, 10)[0] == pytest.approx(0.025 ** (1 / 10), abs=1e-9)
+
+
+def test_chosen_threshold_is_the_lowest_whose_lower_bound_keeps_the_promise() -> None:
+    from ocrfleet.thresholds import choose_threshold, clopper_pearson
+
+    # 400 right answers score 0.9..1.0; below 0.9, one wrong in every 50; the worst
+    # 200 units are all wrong.
+    labels = [True] * 400 + [i % 50 != 0 for i in range(600)] + [False] * 200
+    scores = [0.9 + i / 4000 for i in range(400)] + [0.5 + i / 1500 for i in range(600)]
+    scores += [0.1] * 200
+    choice = choose_threshold(labels, scores, 0.99)
+    assert choice is not None and choice.lower_bound >= 0.99
+    assert clopper_pearson(choice.n_correct, choice.n_accepted)[0] == choice.lower_bound
+    # one step lower no longer keeps it (or the point precision fails first)
+    lower = max(s for s in scores if s < choice.threshold)
+    accepted = [label for label, s in zip(labels, scores, strict=True) if s >= lower]
+    assert clopper_pearson(sum(accepted), len(accepted))[0] < 0.99
+    # a set that is 98% right everywhere cannot promise 99%
+    assert choose_threshold([i % 50 != 0 for i in range(5000)], list(range(5000)), 0.99) is None
+
+
+def test_table_reports_the_lower_bound_beside_the_point_estimate() -> None:
+    (row,) = threshold_table([True] * 99 + [False], [1.0] * 100, [0.5])
+    assert row.precision == 0.99 and 0.94 < row.lower_bound < 0.99
 
 
 def test_load_dataset_resolves_crops_next_to_the_file(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ def candidates() -> dict[str, ir.Candidate]:
     # one region around the line's ink, as the detector would give (it may split a line)
     box = ir.BBox(x0=ink[0].x0 - 12, y0=ink[0].y0 - 12, x1=ink[-1].x1 + 12, y1=ink[0].y1 + 12)
     regions = [ir.Region(number=1, bbox=box)]
-    found = recognise(page, regions, [RapidRecogniser(), TesseractRecogniser(), TextOnly()], 16)
+    found = recognise(page, regions, [RapidRecogniser(), TesseractRecogniser(), TextOnly()])
     return {c.engine: c for c in found} | {"region": regions[0]}  # type: ignore[dict-item]
 
 

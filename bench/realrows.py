@@ -1,0 +1,373 @@
+"""Real labelled regions, read by every engine, cached: the consensus scorer's training and
+validation rows. `python bench/realrows.py [--sets sroie,uw3,unlv]` fills the cache.
+
+Rows are built the way production sees them:
+
+- sroie (train/sroie, 149 receipts): the project's RapidOCR detector runs on the whole
+  receipt; each detected region takes the ground-truth line whose box overlaps it most
+  (IoU >= 0.5, each covering >= 90% of the other's width, each ground-truth line used
+  once), source `det`. The ground-truth boxes'
+  own crops (of every third receipt, to bound the engine time) are a second source, `gt`.
+  SROIE transcripts are often upper-cased where the print is not, so its labels compare
+  case-insensitively (`case_sensitive` False).
+- uw3 (realdocs/uw3_500_ocropy/book, 500 lines from 410 pages): the upstream line images,
+  source `gt`; the page folder is the document.
+- unlv (realdocs/tesseract_test, 2 pages): the detector's lines inside each zone, matched
+  to the page's ground-truth lines by text (bench/reallines.py), source `det`.
+
+Every crop is read by RapidOCR and tesseract once; the readings are cached per set in
+`bench/out/realrows/<set>.jsonl` (gitignored) under the engines' versions, so a refit costs
+no engine time. A document already in the cache with the same versions is not read again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.corpus import REALDOCS  # noqa: E402
+from ocrfleet import ir  # noqa: E402
+from ocrfleet.engines.base import Recogniser  # noqa: E402
+from ocrfleet.pipeline.images import load_image  # noqa: E402
+from ocrfleet.pipeline.regions import crop, detect_regions  # noqa: E402
+
+SROIE = REALDOCS.parent / "train" / "sroie"
+UW3_BOOK = REALDOCS / "uw3_500_ocropy" / "book"
+OUT = ROOT / "bench" / "out" / "realrows"
+SETS = ("sroie", "uw3", "unlv")
+MIN_IOU = 0.5
+MIN_COVER = 0.9
+GT_EVERY = 3  # ground-truth box crops of every third receipt: the second source, not the base
+
+
+@dataclass(frozen=True)
+class RealRow:
+    """One labelled crop and every engine's reading of it."""
+
+    set: str
+    doc: str  # the grouping unit: receipt, page
+    id: str
+    source: str  # "det" (detected region) or "gt" (ground-truth box / line image)
+    image: str  # path of the page or line image
+    bbox: tuple[int, int, int, int] | None  # on `image`; None: the whole image
+    truth: str
+    case_sensitive: bool
+    reads: dict[str, tuple[str, float | None] | None]  # engine -> reading, None if it failed
+
+    def crop(self) -> Image.Image:
+        page = _image(self.image)
+        if self.bbox is None:
+            return page
+        x0, y0, x1, y1 = self.bbox
+        return crop(page, ir.BBox(x0=x0, y0=y0, x1=x1, y1=y1))
+
+
+@lru_cache(maxsize=4)
+def _image(path: str) -> Image.Image:
+    return load_image(Path(path).read_bytes())
+
+
+def iou(a: Sequence[int], b: Sequence[int]) -> float:
+    ix = max(0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def same_line(d: Sequence[int], t: Sequence[int], min_cover: float = MIN_COVER) -> bool:
+    """The two boxes span the same stretch of one line: each covers most of the other's
+    width, and they overlap by most of the smaller height. A detected region that holds
+    only part of a ground-truth line has no truth of its own, so it is not matched."""
+    ix = min(d[2], t[2]) - max(d[0], t[0])
+    iy = min(d[3], t[3]) - max(d[1], t[1])
+    if ix <= 0 or iy <= 0:
+        return False
+    return (
+        ix >= min_cover * (d[2] - d[0])
+        and ix >= min_cover * (t[2] - t[0])
+        and iy >= 0.5 * min(d[3] - d[1], t[3] - t[1])
+    )
+
+
+def match_by_overlap(
+    detected: Sequence[Sequence[int]], truth: Sequence[Sequence[int]], min_iou: float = MIN_IOU
+) -> dict[int, int]:
+    """detected index -> truth index, greedily by IoU among pairs on the same line
+    (`same_line`), each side used once."""
+    pairs = sorted(
+        (
+            (iou(d, t), i, j)
+            for i, d in enumerate(detected)
+            for j, t in enumerate(truth)
+            if iou(d, t) >= min_iou and same_line(d, t)
+        ),
+        reverse=True,
+    )
+    used_d: set[int] = set()
+    used_t: set[int] = set()
+    out = {}
+    for _, i, j in pairs:
+        if i not in used_d and j not in used_t:
+            out[i] = j
+            used_d.add(i)
+            used_t.add(j)
+    return out
+
+
+# ---- the sets ---------------------------------------------------------------------------
+
+
+def _sroie_truth(receipt: str) -> list[tuple[tuple[int, int, int, int], str]]:
+    lines = []
+    for row in (SROIE / "box" / f"{receipt}.csv").read_text(encoding="utf-8").splitlines():
+        parts = row.split(",", 8)
+        if len(parts) < 9 or not parts[8].strip():
+            continue
+        xs = [int(v) for v in parts[0:8:2]]
+        ys = [int(v) for v in parts[1:8:2]]
+        lines.append(((min(xs), min(ys), max(xs), max(ys)), parts[8].strip()))
+    return lines
+
+
+def sroie_docs(detector, shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[str, list[RealRow]]]:
+    for n, csv in enumerate(sorted((SROIE / "box").glob("*.csv"))):
+        if n % shard[1] != shard[0]:
+            continue
+        receipt = csv.stem
+        path = str(SROIE / "images" / f"{receipt}.jpg")
+        page = _image(path)
+        truth = []
+        for box, text in _sroie_truth(receipt):
+            x0, y0 = max(0, box[0]), max(0, box[1])
+            x1, y1 = min(page.width, box[2]), min(page.height, box[3])
+            if x1 > x0 and y1 > y0:
+                truth.append(((x0, y0, x1, y1), text))
+        regions = detect_regions(page, detector)
+        detected = [r.bbox.as_tuple() for r in regions]
+        matched = match_by_overlap(detected, [box for box, _ in truth])
+        rows = []
+        for i, j in sorted(matched.items()):
+            rows.append(
+                RealRow("sroie", receipt, f"{receipt}/det{i}", "det", path, detected[i],
+                        truth[j][1], False, {})
+            )  # fmt: skip
+        for j, (box, text) in enumerate(truth if n % GT_EVERY == 0 else []):
+            rows.append(
+                RealRow("sroie", receipt, f"{receipt}/gt{j}", "gt", path, box, text, False, {})
+            )
+        yield receipt, rows
+
+
+def uw3_docs() -> Iterator[tuple[str, list[RealRow]]]:
+    for folder in sorted(p for p in UW3_BOOK.iterdir() if p.is_dir()):
+        rows = []
+        for png in sorted(folder.glob("*.bin.png")):
+            gt = png.with_name(png.name.replace(".bin.png", ".gt.txt"))
+            if not gt.is_file():
+                continue
+            truth = gt.read_text(encoding="utf-8").strip()
+            line_id = f"{folder.name}/{png.name.split('.')[0]}"
+            rows.append(RealRow("uw3", folder.name, line_id, "gt", str(png), None, truth, True, {}))
+        if rows:
+            yield folder.name, rows
+
+
+def unlv_docs(detector, readers: Sequence[Recogniser]) -> Iterator[tuple[str, list[RealRow]]]:
+    """The zone lines of bench/reallines.py, matched to ground truth by text."""
+    from bench import reallines
+
+    for page in reallines.UNLV_PAGES:
+        image_path = str(reallines.UNLV / f"{page}.tif")
+        image = _image(image_path)
+        rows = []
+        boxes = []
+        for z, zone in enumerate(reallines._zones(page)):
+            zone_image = crop(image, zone)
+            found = [r.bbox for r in detector.detect(zone_image)]
+            for n, box in enumerate(reallines._merge_into_lines(found)):
+                boxes.append(
+                    (f"{page}/z{z}/l{n}",
+                     (zone.x0 + box.x0, zone.y0 + box.y0, zone.x0 + box.x1, zone.y0 + box.y1))
+                )  # fmt: skip
+        crops = [crop(image, ir.BBox(x0=b[0], y0=b[1], x1=b[2], y1=b[3])) for _, b in boxes]
+        reads = {reader.name: read_all(reader, crops) for reader in readers}
+        truths = [
+            t for t in (reallines.UNLV / f"{page}.txt").read_text(encoding="utf-8").splitlines()
+        ]
+        from ocrfleet.metrics import cer, normalize_ws
+
+        used: set[int] = set()
+        for k, (line_id, box) in enumerate(boxes):
+            outputs = [normalize_ws(r[k][0]) for r in reads.values() if r[k] is not None]
+            best = None
+            for n, truth in enumerate(truths):
+                if not normalize_ws(truth) or not outputs:
+                    continue
+                distance = min(cer(output, truth) for output in outputs)
+                if best is None or distance < best[0]:
+                    best = (distance, n)
+            if best is None or best[0] > reallines.MAX_MATCH_CER or best[1] in used:
+                continue
+            used.add(best[1])
+            truth = normalize_ws(truths[best[1]])
+            if "~" in truth:
+                continue
+            rows.append(
+                RealRow("unlv", page, line_id, "det", image_path, box, truth, True,
+                        {name: r[k] for name, r in reads.items()})
+            )  # fmt: skip
+        yield page, rows
+
+
+# ---- reading and the cache --------------------------------------------------------------
+
+
+def read_all(
+    reader: Recogniser, crops: Sequence[Image.Image]
+) -> list[tuple[str, float | None] | None]:
+    """Every crop's reading in one call; one at a time if the batch fails."""
+    try:
+        out = reader.recognise(list(crops))
+        return [(text, conf) for text, conf in out]
+    except Exception:  # noqa: BLE001 - find the crop that fails, read the rest
+        readings: list[tuple[str, float | None] | None] = []
+        for one in crops:
+            try:
+                ((text, conf),) = reader.recognise([one])
+                readings.append((text, conf))
+            except Exception as error:  # noqa: BLE001 - a failed read is recorded as None
+                print(f"{reader.name} cannot read a {one.size} crop: {error}", file=sys.stderr)
+                readings.append(None)
+        return readings
+
+
+def _engine_key(reader: Recogniser) -> str:
+    return f"{reader.name}@{reader.version}"
+
+
+def cache_path(set_name: str, shard: tuple[int, int] = (0, 1)) -> Path:
+    k, n = shard
+    return OUT / (f"{set_name}.jsonl" if n == 1 else f"{set_name}.{k}of{n}.jsonl")
+
+
+def load_rows(set_name: str) -> list[RealRow]:
+    """The cached rows of one set (all its shards), readings keyed by engine name."""
+    paths = sorted(OUT.glob(f"{set_name}.jsonl")) + sorted(OUT.glob(f"{set_name}.*of*.jsonl"))
+    if not paths:
+        raise FileNotFoundError(
+            f"{cache_path(set_name)} is missing; run `python bench/realrows.py`"
+        )
+    lines = [line for path in paths for line in path.read_text(encoding="utf-8").splitlines()]
+    rows = []
+    for line in sorted(lines, key=lambda text: json.loads(text)["id"]):
+        record = json.loads(line)
+        reads = {
+            key.split("@", 1)[0]: (None if value is None else (value[0], value[1]))
+            for key, value in record["reads"].items()
+        }
+        bbox = None if record["bbox"] is None else tuple(record["bbox"])
+        row = RealRow(
+            record["set"], record["doc"], record["id"], record["source"], record["image"],
+            bbox, record["truth"], record["case_sensitive"], reads,
+        )  # fmt: skip
+        if row.set == "sroie" and row.source == "det" and not _still_matched(row):
+            continue  # cached under a looser matching rule
+        rows.append(row)
+    return rows
+
+
+def _still_matched(row: RealRow) -> bool:
+    assert row.bbox is not None
+    return any(
+        text == row.truth and same_line(row.bbox, box) for box, text in _sroie_truth(row.doc)
+    )
+
+
+def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
+    from ocrfleet.engines import load_detector
+    from ocrfleet.scorers import second_readers
+
+    readers = second_readers(settings)
+    keys = {reader.name: _engine_key(reader) for reader in readers}
+    path = cache_path(set_name, shard)
+    # Readings already cached under these engine versions are reused, the rest re-read.
+    cached: dict[str, dict] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            cached[record["id"]] = record
+    detector = load_detector(settings)
+    docs = {
+        "sroie": lambda: sroie_docs(detector, shard),
+        "uw3": uw3_docs,
+        "unlv": lambda: unlv_docs(detector, readers),
+    }[set_name]()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started, count = time.perf_counter(), 0
+    records: dict[str, dict] = {}
+    for n_doc, (doc, rows) in enumerate(docs):
+        if set_name != "sroie" and n_doc % shard[1] != shard[0]:
+            continue
+        reads = {}
+        crops: list[Image.Image] | None = None
+        for reader in readers:
+            key = keys[reader.name]
+            if all(reader.name in row.reads for row in rows):
+                reads[reader.name] = [row.reads[reader.name] for row in rows]
+            elif all(key in cached.get(row.id, {}).get("reads", {}) for row in rows):
+                reads[reader.name] = [cached[row.id]["reads"][key] for row in rows]
+            else:
+                crops = crops or [row.crop() for row in rows]
+                reads[reader.name] = read_all(reader, crops)
+                count += len(rows)
+        for n, row in enumerate(rows):
+            records[row.id] = {
+                "set": row.set, "doc": row.doc, "id": row.id, "source": row.source,
+                "image": row.image, "bbox": row.bbox, "truth": row.truth,
+                "case_sensitive": row.case_sensitive,
+                "reads": {keys[name]: value[n] for name, value in reads.items()},
+            }  # fmt: skip
+        if crops is not None:
+            _write(path, records, cached)
+            print(f"{set_name} {doc}: {len(rows)} rows ({time.perf_counter() - started:.0f} s)")
+    _write(path, records, {})
+    print(f"{set_name}: {len(records)} rows, {count} new readings")
+
+
+def _write(path: Path, records: dict[str, dict], rest: dict[str, dict]) -> None:
+    """This run's records, then cached ones it has not reached yet (a partial run loses
+    nothing), atomically."""
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for record in [*records.values(), *(r for k, r in rest.items() if k not in records)]:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from ocrfleet.config import Settings
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--shard", default="0/1", help="k/n: this process reads every n-th doc")
+    args = parser.parse_args(argv)
+    k, n = (int(v) for v in args.shard.split("/"))
+    for set_name in args.sets.split(","):
+        fill(set_name, Settings(), (k, n))
+
+
+if __name__ == "__main__":
+    main()

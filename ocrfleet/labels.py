@@ -1,0 +1,43 @@
+"""The one rule for "this candidate is usable as is": every fit, bench and threshold report
+labels candidates with `same_text`, so a number measured anywhere means the same thing.
+
+Two texts are the same when they are equal after `canonical`: Unicode NFKC (ligatures,
+full-width forms, the one-character ellipsis become plain characters), typographic quotes,
+dashes and ellipses folded to ASCII, soft hyphens and zero-width characters dropped, and
+every whitespace run folded to one space. Case is kept unless the caller says the ground
+truth's case cannot be trusted (SROIE upper-cases many transcripts).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_WS = re.compile(r"\s+")
+
+# After NFKC: what is still typographic, folded to the ASCII a reader would accept.
+_FOLD = str.maketrans(
+    {
+        **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032\u2035\u00b4\u0060", "'"),
+        **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\u2036\u00ab\u00bb", '"'),
+        **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2043\ufe58", "-"),
+        "\u2026": "...",
+        "\u00a0": " ",
+        **dict.fromkeys("\u00ad\u200b\u200c\u200d\u2060\ufeff", ""),
+    }
+)
+
+
+def canonical(text: str, *, case_sensitive: bool = True) -> str:
+    """The form two texts are compared in (see the module docstring)."""
+    # Folded before NFKC too, which would turn a double prime into two primes.
+    folded = unicodedata.normalize("NFKC", text.translate(_FOLD)).translate(_FOLD)
+    folded = _WS.sub(" ", folded).strip()
+    return folded if case_sensitive else folded.casefold()
+
+
+def same_text(candidate: str, truth: str, *, case_sensitive: bool = True) -> bool:
+    """The label: True when `candidate` is usable as is for `truth`."""
+    return canonical(candidate, case_sensitive=case_sensitive) == canonical(
+        truth, case_sensitive=case_sensitive
+    )

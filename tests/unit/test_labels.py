@@ -1,0 +1,32 @@
+"""The one label rule: what counts as the same text for every fit, bench and report."""
+
+from __future__ import annotations
+
+from ocrfleet.labels import canonical, same_text
+
+
+def test_whitespace_runs_fold_and_ends_strip() -> None:
+    assert same_text("  Total \t 12.00\n", "Total 12.00")
+    assert not same_text("Total12.00", "Total 12.00")  # a missing space is still an error
+
+
+def test_typographic_quotes_dashes_and_ellipses_fold_to_ascii() -> None:
+    assert same_text("\u201cIt\u2019s 1990\u20131995\u2026\u201d", '"It\'s 1990-1995..."')
+    assert same_text("em\u2014dash, minus \u22122", "em-dash, minus -2")
+    assert canonical("\u2033") == '"'  # a double prime is a double quote, not two primes
+
+
+def test_nfkc_folds_ligatures_and_full_width_forms() -> None:
+    assert same_text("\ufb01ne \uff21\uff22\uff23 \u00bd", "fine ABC 1\u20442")
+    assert same_text("soft\u00adhyphen zero\u200bwidth", "softhyphen zerowidth")
+
+
+def test_case_is_kept_unless_asked() -> None:
+    assert not same_text("Cashier:", "CASHIER:")
+    assert same_text("Cashier:", "CASHIER:", case_sensitive=False)
+    assert not same_text("Cashier", "CASHIER:", case_sensitive=False)
+
+
+def test_wrong_characters_stay_wrong() -> None:
+    for candidate, truth in [("8.59", "8.29"), ("0.40", "0.4"), ("l00", "100"), ("", "x")]:
+        assert not same_text(candidate, truth)
