@@ -22,7 +22,7 @@ def page_and_regions() -> tuple[Image.Image, list[ir.Region]]:
     page = Image.new("RGB", (600, 200), "white")
     draw = ImageDraw.Draw(page)
     draw.text((10, 10), "Invoice number 4711", font=font, fill="black")
-    draw.rectangle((10, 80, 400, 96), fill="black")
+    draw.rectangle((10, 74, 400, 102), fill="black")
     draw.text((10, 120), "Total due 12.50", font=font, fill="black")
     boxes = [(0, 0, 400, 60), (0, 70, 420, 106), (0, 110, 400, 170), (5, 5, 5, 40)]
     regions = [
