@@ -193,6 +193,7 @@ def load_examples(
         saved = np.load(cache)
         return ex, saved["x"], saved["ok"]
     x, ok = featurize(ex)
+    cache.parent.mkdir(parents=True, exist_ok=True)
     np.savez(cache, x=x, ok=ok)
     return ex, x, ok
 
