@@ -53,13 +53,20 @@ class KeyCache:
         self._lock = threading.Lock()
         self._known: dict[str, tuple[str | None, float]] = {}
 
-    def tenant(self, database_url: str, key: str) -> str | None:
-        digest = key_hash(key)
-        now = time.monotonic()
+    def cached(self, key: str) -> tuple[bool, str | None]:
+        """(known, tenant) without the database: the event loop calls this on every
+        request, so a known key costs one SHA-256 and no thread."""
         with self._lock:
-            hit = self._known.get(digest)
-        if hit is not None and hit[1] > now:
-            return hit[0]
+            hit = self._known.get(key_hash(key))
+        if hit is not None and hit[1] > time.monotonic():
+            return True, hit[0]
+        return False, None
+
+    def tenant(self, database_url: str, key: str) -> str | None:
+        known, tenant = self.cached(key)
+        if known:
+            return tenant
+        digest, now = key_hash(key), time.monotonic()
         with session_scope(database_url) as session:
             tenant = session.scalar(
                 select(models.ApiKey.tenant).where(
