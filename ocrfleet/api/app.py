@@ -11,7 +11,7 @@ an upload is spooled by the multipart parser, then hashed and streamed to the st
 import json
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -35,7 +35,6 @@ from ocrfleet.config import Settings, get_settings
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
 from ocrfleet.formats import FORMATS, render_document
-from ocrfleet.runs import run_config
 from ocrfleet.storage import open_store
 from ocrfleet.webhooks import UnsafeCallbackURL, result_urls
 
@@ -127,10 +126,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def warm(_app: FastAPI) -> AsyncIterator[None]:
-        # The run's configuration imports the engines' modules and hashes their models:
-        # seconds of CPU that the first upload of each process would otherwise pay while
-        # holding up every request of that process.
-        await run_in_threadpool(run_config, settings)
+        # The run a submission goes under (client._run, cached per process) imports the
+        # engines' modules, parses their configs and hashes their models: ~0.5 s of CPU.
+        # Left to the first uploads, every threadpool thread that picks one up computes
+        # it at once (the cache is filled after the fact), for seconds of a loaded CPU.
+        # A pinned run that is not registered yet: submissions answer 503 until it is.
+        with suppress(client.SubmitError):
+            await run_in_threadpool(client._run, settings)  # noqa: SLF001
         yield
 
     app = FastAPI(
