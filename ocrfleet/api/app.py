@@ -42,6 +42,11 @@ TENANT_FIELD = "tenant"
 PAGE_LIMIT = 100
 
 
+def ping(database_url: str) -> None:
+    with session_scope(database_url) as session:
+        session.execute(text("SELECT 1"))
+
+
 def tenants(doc: models.Document | None, document_id: int, tenant: str) -> models.Document:
     """`doc` if it is `tenant`'s, else 404 (missing and foreign documents look the same)."""
     if doc is None or (doc.meta or {}).get(TENANT_FIELD) != tenant:
@@ -133,6 +138,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # A pinned run that is not registered yet: submissions answer 503 until it is.
         with suppress(client.SubmitError):
             await run_in_threadpool(client._run, settings)  # noqa: SLF001
+        # Likewise the engine and its first pooled connection (dialect imports, connect).
+        await run_in_threadpool(ping, settings.database_url)
         yield
 
     app = FastAPI(
@@ -152,16 +159,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return session_scope(settings.database_url)
 
     async def tenant_of(request: Request) -> str:
-        # async: a sync dependency costs every request a threadpool round trip of its
-        # own; only a key the cache does not know yet goes to the database (in a thread).
+        # async: a sync dependency costs every request a threadpool round trip of its own.
         header = request.headers.get("authorization", "")
         key = header[7:].strip() if header.lower().startswith("bearer ") else None
         key = key or request.headers.get("x-api-key")
-        tenant = None
-        if key:
-            known, tenant = keys.cached(key)
-            if not known:
-                tenant = await run_in_threadpool(keys.tenant, settings.database_url, key)
+        tenant = await keys.lookup(settings.database_url, key) if key else None
         if tenant is None:
             raise HTTPException(
                 401, "a valid API key is required", headers={"WWW-Authenticate": "Bearer"}
@@ -186,8 +188,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def readyz() -> JSONResponse:
         checks: dict[str, str] = {}
         try:
-            with db() as session:
-                session.execute(text("SELECT 1"))
+            ping(settings.database_url)
             checks["database"] = "ok"
         except Exception as exc:  # noqa: BLE001 - the probe reports, it does not raise
             checks["database"] = f"{type(exc).__name__}: {exc}"[:200]
