@@ -135,11 +135,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # engines' modules, parses their configs and hashes their models: ~0.5 s of CPU.
         # Left to the first uploads, every threadpool thread that picks one up computes
         # it at once (the cache is filled after the fact), for seconds of a loaded CPU.
-        # A pinned run that is not registered yet: submissions answer 503 until it is.
-        with suppress(client.SubmitError):
-            await run_in_threadpool(client._run, settings)  # noqa: SLF001
         # Likewise the engine and its first pooled connection (dialect imports, connect).
-        await run_in_threadpool(ping, settings.database_url)
+        # A warm-up that fails (the database is not up yet, a pinned run not registered
+        # yet) only leaves the work to the first requests, which report it (503, /readyz).
+        with suppress(Exception):
+            await run_in_threadpool(client._run, settings)  # noqa: SLF001
+            await run_in_threadpool(ping, settings.database_url)
         yield
 
     app = FastAPI(
