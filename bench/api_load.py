@@ -7,7 +7,11 @@ the numbers are the API's own (submissions are enqueued, not processed).
 
 Mixed load, `--seconds` long: `--pollers` clients each polling one document's status in a
 loop, and uploads of distinct one-page PDFs started at `--upload-rate` a second (at most
-`--max-in-flight` at once). Prints p50/p95/max latency and errors per kind.
+`--max-in-flight` at once). Prints p50/p95/max latency and errors per kind. Then
+`--status-seconds` of status polls alone.
+
+Each phase also prints the CPU the API processes spent per request (/proc): latency on a
+shared machine is mostly time spent waiting for a CPU, the CPU per request is the API's.
 
 Submit throughput, `--ratio-seconds` each: `--submitters` concurrent uploads through the
 API, then the same number of threads calling `client.submit` with the same settings in
@@ -26,7 +30,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,6 +87,45 @@ class Stats:
             )
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (Linux /proc): the API process and its uvicorn workers."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            with suppress(OSError):
+                todo += [int(child) for child in (task / "children").read_text().split()]
+    return pids
+
+
+def cmdline(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by `pids` (those still running)."""
+    total = 0
+    for pid in pids:
+        with suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class CPU:
+    """CPU the API processes spent on a phase: per request, it does not depend on how
+    busy the machine is (latency does: on a shared machine it is mostly waiting for CPU)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids, self.started = pids, cpu_seconds(pids)
+
+    def per_request(self, label: str, requests: int) -> None:
+        used = cpu_seconds(self.pids) - self.started
+        print(f"API CPU, {label}: {used:.1f} s for {requests} requests = "
+              f"{1000 * used / max(1, requests):.2f} ms a request")
+
+
 async def call(http: httpx.AsyncClient, stats: Stats, kind: str, method: str, url: str, **kw):  # noqa: ANN001, ANN003, ANN201
     started = time.perf_counter()
     try:
@@ -94,14 +137,16 @@ async def call(http: httpx.AsyncClient, stats: Stats, kind: str, method: str, ur
     return response
 
 
-async def mixed(base: str, key: str, doc_id: int, args: argparse.Namespace) -> Stats:
+async def mixed(
+    base: str, key: str, doc_id: int, args: argparse.Namespace, seconds: float, uploading: bool
+) -> Stats:
     stats = Stats()
     limits = httpx.Limits(max_connections=args.pollers + args.max_in_flight)
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(
         base_url=base, headers=headers, limits=limits, timeout=60
     ) as http:
-        stop = time.monotonic() + args.seconds
+        stop = time.monotonic() + seconds
 
         async def poller() -> None:
             while time.monotonic() < stop:
@@ -126,12 +171,13 @@ async def mixed(base: str, key: str, doc_id: int, args: argparse.Namespace) -> S
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             await asyncio.gather(*tasks)
 
-        await asyncio.gather(uploads(), *(poller() for _ in range(args.pollers)))
+        loads = [uploads()] if uploading else []
+        await asyncio.gather(*loads, *(poller() for _ in range(args.pollers)))
     return stats
 
 
-async def api_submits(base: str, key: str, args: argparse.Namespace) -> float:
-    """Documents a second through POST /v1/documents with `submitters` in flight."""
+async def api_submits(base: str, key: str, args: argparse.Namespace) -> tuple[float, int]:
+    """(documents a second, documents) through POST /v1/documents, `submitters` in flight."""
     done = 0
     async with httpx.AsyncClient(
         base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60
@@ -148,7 +194,7 @@ async def api_submits(base: str, key: str, args: argparse.Namespace) -> float:
                 done += 1
 
         await asyncio.gather(*(submitter() for _ in range(args.submitters)))
-        return done / (time.monotonic() - started)
+        return done / (time.monotonic() - started), done
 
 
 def client_submits(env: dict[str, str], args: argparse.Namespace) -> float:
@@ -181,6 +227,9 @@ def main() -> None:
     parser.add_argument("--submitters", type=int, default=8)
     parser.add_argument("--ratio-seconds", type=float, default=10.0)
     parser.add_argument("--api-workers", type=int, default=2, help="uvicorn processes")
+    parser.add_argument(
+        "--status-seconds", type=float, default=5.0, help="status polls alone, for their CPU"
+    )
     args = parser.parse_args()
 
     with ExitStack() as stack:
@@ -193,6 +242,8 @@ def main() -> None:
         argv = [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)]
         argv += ["--log-level", "warning", "--workers", str(args.api_workers)]
         stack.enter_context(process(argv, port, env=process_env(env)))
+        (api_pid,) = [pid for pid in process_tree(os.getpid()) if b"api" in cmdline(pid)]
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
         first = httpx.post(
             f"{base}/v1/documents",
@@ -207,12 +258,20 @@ def main() -> None:
             f"mixed load {args.seconds:.0f} s: {args.pollers} status pollers, "
             f"{args.upload_rate:g} uploads/s offered"
         )
-        stats = asyncio.run(mixed(base, key, doc_id, args))
+        cpu = CPU(process_tree(api_pid))
+        stats = asyncio.run(mixed(base, key, doc_id, args, args.seconds, uploading=True))
         stats.report()
         uploads = stats.succeeded("upload")
         print(f"uploads accepted: {uploads} ({uploads / args.seconds:.1f}/s)")
+        cpu.per_request("mixed load", sum(map(len, stats.latencies.values())))
 
-        api_rate = asyncio.run(api_submits(base, key, args))
+        cpu = CPU(process_tree(api_pid))
+        polls = asyncio.run(mixed(base, key, doc_id, args, args.status_seconds, uploading=False))
+        cpu.per_request(f"status polls alone, {args.status_seconds:g} s", polls.succeeded("status"))
+
+        cpu = CPU(process_tree(api_pid))
+        api_rate, api_done = asyncio.run(api_submits(base, key, args))
+        cpu.per_request("uploads alone", api_done)
         direct_rate = client_submits(env, args)
         print(f"submit throughput, {args.submitters} in flight: api {api_rate:.1f}/s, "
               f"client.submit {direct_rate:.1f}/s")

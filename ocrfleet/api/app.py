@@ -10,10 +10,13 @@ an upload is spooled by the multipart parser, then hashed and streamed to the st
 # `Tenant` is local to create_app, where a postponed name would not resolve.
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, File, Form, HTTPException, Query, Request, UploadFile
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -37,6 +40,18 @@ from ocrfleet.webhooks import UnsafeCallbackURL, result_urls
 
 TENANT_FIELD = "tenant"
 PAGE_LIMIT = 100
+
+
+def ping(database_url: str) -> None:
+    with session_scope(database_url) as session:
+        session.execute(text("SELECT 1"))
+
+
+def tenants(doc: models.Document | None, document_id: int, tenant: str) -> models.Document:
+    """`doc` if it is `tenant`'s, else 404 (missing and foreign documents look the same)."""
+    if doc is None or (doc.meta or {}).get(TENANT_FIELD) != tenant:
+        raise HTTPException(404, f"no document {document_id}")
+    return doc
 
 
 def _document_json(doc: models.Document, pages: list[models.Page] | None = None) -> dict:
@@ -114,7 +129,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry=registry,
     )
 
+    @asynccontextmanager
+    async def warm(_app: FastAPI) -> AsyncIterator[None]:
+        # The run a submission goes under (client._run, cached per process) imports the
+        # engines' modules, parses their configs and hashes their models: ~0.5 s of CPU.
+        # Left to the first uploads, every threadpool thread that picks one up computes
+        # it at once (the cache is filled after the fact), for seconds of a loaded CPU.
+        # Likewise the engine and its first pooled connection (dialect imports, connect).
+        # A warm-up that fails (the database is not up yet, a pinned run not registered
+        # yet) only leaves the work to the first requests, which report it (503, /readyz).
+        with suppress(Exception):
+            await run_in_threadpool(client._run, settings)  # noqa: SLF001
+            await run_in_threadpool(ping, settings.database_url)
+        yield
+
     app = FastAPI(
+        lifespan=warm,
         title="ocrfleet",
         version="1",
         description="Submit PDFs and images for OCR, follow them, fetch results, cancel.",
@@ -129,11 +159,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def db() -> Any:
         return session_scope(settings.database_url)
 
-    def tenant_of(request: Request) -> str:
+    async def tenant_of(request: Request) -> str:
+        # async: a sync dependency costs every request a threadpool round trip of its own.
         header = request.headers.get("authorization", "")
         key = header[7:].strip() if header.lower().startswith("bearer ") else None
         key = key or request.headers.get("x-api-key")
-        tenant = keys.tenant(settings.database_url, key) if key else None
+        tenant = await keys.lookup(settings.database_url, key) if key else None
         if tenant is None:
             raise HTTPException(
                 401, "a valid API key is required", headers={"WWW-Authenticate": "Bearer"}
@@ -148,10 +179,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     Tenant = Annotated[str, Depends(tenant_of)]
 
     def owned(session: Session, document_id: int, tenant: str) -> models.Document:
-        doc = session.get(models.Document, document_id)
-        if doc is None or (doc.meta or {}).get(TENANT_FIELD) != tenant:
-            raise HTTPException(404, f"no document {document_id}")
-        return doc
+        return tenants(session.get(models.Document, document_id), document_id, tenant)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:
@@ -161,8 +189,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def readyz() -> JSONResponse:
         checks: dict[str, str] = {}
         try:
-            with db() as session:
-                session.execute(text("SELECT 1"))
+            ping(settings.database_url)
             checks["database"] = "ok"
         except Exception as exc:  # noqa: BLE001 - the probe reports, it does not raise
             checks["database"] = f"{type(exc).__name__}: {exc}"[:200]
@@ -233,14 +260,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/v1/documents/{document_id}")
     def status(document_id: int, tenant: Tenant) -> dict[str, Any]:
         """Status, page counts and each page's state."""
+        # One round trip: the document and its pages in one outer join.
         with db() as session:
-            doc = owned(session, document_id, tenant)
-            pages = session.scalars(
-                select(models.Page)
-                .where(models.Page.document_id == document_id)
+            rows = session.execute(
+                select(models.Document, models.Page)
+                .outerjoin(models.Page, models.Page.document_id == models.Document.id)
+                .where(models.Document.id == document_id)
                 .order_by(models.Page.number)
             ).all()
-            return {**_document_json(doc, list(pages)), "links": _links(document_id)}
+        doc = tenants(rows[0][0] if rows else None, document_id, tenant)
+        pages = [page for _, page in rows if page is not None]
+        return {**_document_json(doc, pages), "links": _links(document_id)}
 
     @app.get("/v1/documents/{document_id}/result")
     def result(

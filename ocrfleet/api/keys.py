@@ -4,6 +4,7 @@ salt or slow hash: nothing to guess)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 import threading
@@ -11,6 +12,7 @@ import time
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from ocrfleet.db import models
 from ocrfleet.db.models import utcnow
@@ -52,14 +54,35 @@ class KeyCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._known: dict[str, tuple[str | None, float]] = {}
+        self._loading: dict[str, asyncio.Future[str | None]] = {}
+
+    async def lookup(self, database_url: str, key: str) -> str | None:
+        """`tenant()` for the event loop: a known key costs one SHA-256 and no thread, and
+        concurrent requests with a key not known yet share one database query (200
+        clients starting at once would otherwise each take a thread and a connection)."""
+        known, tenant = self.cached(key)
+        if known:
+            return tenant
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = asyncio.ensure_future(run_in_threadpool(self.tenant, database_url, key))
+            self._loading[key] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(key, None))
+        return await asyncio.shield(loading)
+
+    def cached(self, key: str) -> tuple[bool, str | None]:
+        """(known, tenant) without the database."""
+        with self._lock:
+            hit = self._known.get(key_hash(key))
+        if hit is not None and hit[1] > time.monotonic():
+            return True, hit[0]
+        return False, None
 
     def tenant(self, database_url: str, key: str) -> str | None:
-        digest = key_hash(key)
-        now = time.monotonic()
-        with self._lock:
-            hit = self._known.get(digest)
-        if hit is not None and hit[1] > now:
-            return hit[0]
+        known, tenant = self.cached(key)
+        if known:
+            return tenant
+        digest, now = key_hash(key), time.monotonic()
         with session_scope(database_url) as session:
             tenant = session.scalar(
                 select(models.ApiKey.tenant).where(
