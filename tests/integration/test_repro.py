@@ -27,8 +27,8 @@ def test_three_runs_of_an_example_give_three_identical_hashes(tmp_path: Path) ->
 
 
 def test_a_changed_setting_gives_another_run_and_a_classified_report(tmp_path: Path) -> None:
-    for dpi in ("200", "150"):
-        done = ocrfleet(["run", "--json", str(EXAMPLE)], tmp_path, OCRFLEET_DPI=dpi)
+    for layout in ("rapid", "lines"):
+        done = ocrfleet(["run", "--json", str(EXAMPLE)], tmp_path, OCRFLEET_LAYOUT=layout)
         assert done.returncode == 0, done.stderr
     engine = create_engine(f"sqlite:///{tmp_path / 'ocrfleet.db'}")
     with engine.connect() as conn:
