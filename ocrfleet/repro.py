@@ -6,7 +6,8 @@ scores and decisions); a document's is the hash of its pages' hashes in page ord
 two outputs differ, each difference is classified by comparing the pages' regions in
 reading order: `whitespace`, `punctuation` (full and half width folded, NFKC), `substitution`,
 `missing_line` / `extra_line` (a region only in the first / second output), or `structure`
-(the same text in a region of another category or place, or a different page size).
+(the same text in a region of another category, layout block or place, or a different page
+size, or output that differs only in scores and decisions).
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ def compare_pages(a: PageOutput, b: PageOutput) -> list[Difference]:
         for i, j in pairs:
             (ra, ta), (rb, tb) = left[i], right[j]
             kind = classify_text(ta, tb)
-            moved = ra.category != rb.category or (a.size == b.size and ra.bbox != rb.bbox)
+            moved = (ra.category, ra.block) != (rb.category, rb.block) or (
+                a.size == b.size and ra.bbox != rb.bbox
+            )
             if kind is None and moved:
                 kind = "structure"
             if kind is not None:
@@ -125,6 +128,16 @@ def compare_documents(a: Sequence[PageOutput], b: Sequence[PageOutput]) -> list[
     for number in sorted(pages_b):
         out.append(Difference("structure", number, None, None, None, "page"))
     return out
+
+
+def unexplained(a: Sequence[PageOutput], b: Sequence[PageOutput]) -> list[Difference]:
+    """Pages whose hashes differ though no region differs: scores or decisions moved."""
+    first = {page.number: page.sha256 for page in a}
+    return [
+        Difference("structure", page.number, None, None, first.get(page.number), page.sha256)
+        for page in b
+        if page.number in first and first[page.number] != page.sha256
+    ]
 
 
 def counts(differences: Sequence[Difference]) -> dict[str, int]:

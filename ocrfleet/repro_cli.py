@@ -20,6 +20,7 @@ from ocrfleet.repro import (
     counts,
     document_sha256,
     stored_outputs,
+    unexplained,
 )
 
 console = Console(stderr=True)
@@ -92,8 +93,10 @@ def repro(
             raise typer.Exit(2)
         run_id, outputs = run_times(file, settings, times)
         hashes = [document_sha256([p.sha256 for p in pages]) for pages in outputs]
-        differences = [d for other in outputs[1:] for d in compare_documents(outputs[0], other)]
-        differences += [] if len(set(hashes)) == 1 or differences else _unexplained(outputs)
+        differences = []
+        for other in outputs[1:]:
+            found = compare_documents(outputs[0], other)
+            differences += found or unexplained(outputs[0], other)
         _report(differences, as_json, {"run_id": run_id, "output_sha256": hashes})
         raise typer.Exit(1 if differences else 0)
 
@@ -122,21 +125,10 @@ def repro(
             f"{sha256[:12]} {document_sha256([p.sha256 for p in a])} "
             f"{document_sha256([p.sha256 for p in b])}"
         )
-        differences += compare_documents(a, b)
+        differences += compare_documents(a, b) or unexplained(a, b)
     header = {"runs": f"{run_a} {run_b}", "config changed": changed, "output_sha256": hashes}
     _report(differences, as_json, header)
     raise typer.Exit(1 if differences else 0)
-
-
-def _unexplained(outputs: list[list[PageOutput]]) -> list[Difference]:
-    """Hashes differ but no region text, category or box does: scores or decisions moved."""
-    first = {p.number: p.sha256 for p in outputs[0]}
-    return [
-        Difference("structure", p.number, None, None, first.get(p.number), p.sha256)
-        for pages in outputs[1:]
-        for p in pages
-        if first.get(p.number) != p.sha256
-    ]
 
 
 def register(app: typer.Typer) -> None:

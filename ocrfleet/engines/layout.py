@@ -7,7 +7,8 @@ detector finds the text lines, and the page's regions are built from both.
 - A table or formula block is one region, carrying its text lines (`Region.lines`) for an
   engine that can only read lines.
 - A figure block is one region with no text; the lines inside it are not read, unless they
-  cover FIGURE_TEXT_SHARE of it (then it was text the model mislabelled).
+  cover FIGURE_TEXT_SHARE of it or it covers PAGE_FIGURE_SHARE of the page (then it was
+  text the model mislabelled).
 - A line that no block holds is a text region of its own, so nothing the line detector
   found is lost when the layout model misses a block.
 
@@ -57,6 +58,9 @@ ROW_GAP = 2.0
 # old book page, a boxed exercise; on the realdocs pages real figures hold 0.0-0.22, the
 # mislabelled ones 0.31-1.11): its lines are read as text.
 FIGURE_TEXT_SHARE = 0.25
+# A figure covering this share of the page is a page the model could not parse (a noisy
+# scan, a handwritten letter): its lines are read as text too.
+PAGE_FIGURE_SHARE = 0.5
 
 CDLA_CLASSES = {
     "text": ir.Category.text,
@@ -109,8 +113,11 @@ def layout_version(model_path: Path | None = None) -> str:
         {
             "model": path.name,
             "sha256": _file_sha256(path, stat.st_size, stat.st_mtime_ns),
-            "params": [MODEL_SCORE, KEEP_SCORE, TABLE_SCORE, NMS_IOU, OVERLAP_SHARE,
-                       LINE_SHARE, ROW_GAP, FIGURE_TEXT_SHARE, sorted(CDLA_CLASSES.items())],
+            "params": [
+                [MODEL_SCORE, KEEP_SCORE, TABLE_SCORE, NMS_IOU, OVERLAP_SHARE, LINE_SHARE],
+                [ROW_GAP, FIGURE_TEXT_SHARE, PAGE_FIGURE_SHARE],
+                sorted(CDLA_CLASSES.items()),
+            ],
         },
         sort_keys=True,
     )
@@ -177,14 +184,16 @@ class LayoutDetector:
     def detect(self, page: Image.Image) -> list[ir.Region]:
         blocks = self.blocks(page)
         lines = self.lines.detect(page)  # type: ignore[attr-defined]
-        return build_regions(blocks, lines)
+        return build_regions(blocks, lines, page.width * page.height)
 
     def plan(self, width: int, height: int) -> ir.DetectionPlan:
         """The layout model sees the whole page; text lines are found as their detector plans."""
         return self.lines.plan(width, height)  # type: ignore[attr-defined]
 
 
-def build_regions(blocks: list[Block], lines: list[ir.Region]) -> list[ir.Region]:
+def build_regions(
+    blocks: list[Block], lines: list[ir.Region], page_area: int | None = None
+) -> list[ir.Region]:
     """Regions from layout blocks and text lines, in reading order, numbered from 1."""
     orphans: list[Block] = []
     for line in lines:
@@ -198,8 +207,11 @@ def build_regions(blocks: list[Block], lines: list[ir.Region]) -> list[ir.Region
         else:
             orphans.append(Block(ir.Category.text, line.bbox, None, [line]))
     for block in blocks:
+        if block.category != ir.Category.figure:
+            continue
         inked = sum(_area(line.bbox) for line in block.lines)
-        if block.category == ir.Category.figure and inked >= FIGURE_TEXT_SHARE * _area(block.bbox):
+        whole_page = page_area is not None and _area(block.bbox) >= PAGE_FIGURE_SHARE * page_area
+        if inked >= FIGURE_TEXT_SHARE * _area(block.bbox) or (whole_page and block.lines):
             block.category = ir.Category.text
     units = [b for b in blocks if b.lines or not b.category.has_text] + orphans
     heights = sorted(line.bbox.height for line in lines)

@@ -106,12 +106,15 @@ def order_regions(regions: Sequence[ir.Region]) -> list[ir.Region]:
 
 def detect_regions(page: Image.Image, detector: Detector) -> list[ir.Region]:
     """Regions of `page` from `detector`, clipped to the page, empty ones dropped, in reading
-    order and numbered from 1, whatever order the detector returned them in."""
+    order and numbered from 1, whatever order the detector returned them in; regions in
+    layout blocks keep the layout detector's order (blocks first, then lines)."""
     kept = []
     for region in detector.detect(page):
         bbox = clip_bbox(region.bbox, page.width, page.height)
         if bbox is not None:
             kept.append(region.model_copy(update={"bbox": bbox}))
+    if any(region.block is not None for region in kept):  # a layout detector's block order
+        return [r.model_copy(update={"number": n}) for n, r in enumerate(kept, start=1)]
     return order_regions(kept)
 
 

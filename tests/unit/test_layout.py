@@ -9,6 +9,7 @@ from ocrfleet.config import Settings
 from ocrfleet.engines import load_detector, load_recognisers
 from ocrfleet.engines.layout import Block, LayoutDetector, build_regions
 from ocrfleet.pipeline.recognise import READ_AS_LINES, recognise
+from ocrfleet.pipeline.regions import detect_regions
 from ocrfleet.pipeline.review import decide
 from ocrfleet.pipeline.split import iter_pages
 from tests.conftest import REALDOCS
@@ -80,6 +81,8 @@ def page_of(name: str):
 def test_a_real_table_is_a_table_region_read_by_lines_and_flagged(layout):
     page = page_of("olmo2-pg4.pdf")
     regions = layout.detect(page)
+    # The page stage keeps the layout's block order (it re-sorts only plain text lines).
+    assert detect_regions(page, layout) == regions
     tables = [r for r in regions if r.category == ir.Category.table]
     assert len(tables) >= 1
     table = tables[0]
