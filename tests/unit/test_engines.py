@@ -231,7 +231,7 @@ def test_stage_rejects_bad_arguments(page, rapid):
 
 
 def test_engines_load_by_name_in_settings_order():
-    settings = Settings(engines=["tesseract", "rapidocr"], rec_batch_size=5)
+    settings = Settings(engines=["tesseract", "rapidocr"], rec_batch_size=5, layout="rapid")
     recognisers = load_recognisers(settings)
     assert [r.name for r in recognisers] == ["tesseract", "rapidocr"]
     assert recognisers[1].batch_size == 5
