@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +16,10 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from ocrfleet import client
+from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines
-from tests.conftest import PG_ADMIN_URL, free_port, wait_for_port
+from tests.conftest import PG_ADMIN_URL, REPO, free_port, wait_for_port
 from tests.integration.fleet_helpers import (
     Workers,
     assert_written_once,
@@ -25,6 +27,7 @@ from tests.integration.fleet_helpers import (
     make_document,
     make_pdf,
     page_lines,
+    process_env,
     rows,
     scalar,
     settings_from,
@@ -272,12 +275,35 @@ def test_redis_restart_and_cut_database_connections_lose_nothing(
     tmp_path: Path,
     workers_factory: list[Workers],
 ) -> None:
-    env = _env(pg_url, private_redis.url, s3_bucket, moto_endpoint)
+    # A message the broker had not yet written when it died is the lost-work sweep's to
+    # re-send: the fleet runs its beat, as in production.
+    env = {
+        **_env(pg_url, private_redis.url, s3_bucket, moto_endpoint),
+        "OCRFLEET_SWEEP_LOST_AFTER_S": "20",
+    }
     settings = settings_from(env)
     url = env["OCRFLEET_DATABASE_URL"]
     workers = start_workers(env, tmp_path / "workers.log", devices="cpu:2")
     workers_factory.append(workers)
+    beat_log = open(tmp_path / "beat.log", "ab")  # noqa: SIM115 - closed by the finalizer
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "ocrfleet.cli", "beat", "--schedule", str(tmp_path / "beat")],
+        cwd=REPO,
+        env=process_env(env),
+        stdout=beat_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _survive_faults(url, settings, private_redis, pg_url, workers)
+    finally:
+        beat.terminate()
+        beat.wait(timeout=30)
+        beat_log.close()
 
+
+def _survive_faults(
+    url: str, settings: Settings, private_redis: RedisServer, pg_url: str, workers: Workers
+) -> None:
     ids = [client.submit(make_document(300 + i, 3), settings=settings) for i in range(10)]
     wait_until(lambda: pages_done(url) >= 3, 300, "the first pages")
     before_restart = pages_done(url)
