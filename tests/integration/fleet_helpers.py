@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,6 +180,25 @@ def ocrfleet_cli(env: dict[str, str], *args: str, timeout: float = 600) -> str:
     )
     assert done.returncode == 0, f"ocrfleet {' '.join(args)}: {done.returncode}\n{done.stderr}"
     return done.stdout
+
+
+@contextlib.contextmanager
+def running_beat(env: dict[str, str], directory: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`ocrfleet beat` (the recovery sweeps) for the fleet of `env`, logging to
+    `directory/beat.log`, stopped afterwards."""
+    with open(directory / "beat.log", "ab") as log:
+        beat = subprocess.Popen(
+            [sys.executable, "-m", "ocrfleet.cli", "beat", "--schedule", str(directory / "beat")],
+            cwd=REPO,
+            env=process_env(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield beat
+        finally:
+            beat.terminate()
+            beat.wait(timeout=30)
 
 
 def start_workers(

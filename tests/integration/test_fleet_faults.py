@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from ocrfleet import client
 from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines
-from tests.conftest import PG_ADMIN_URL, REPO, free_port, wait_for_port
+from tests.conftest import PG_ADMIN_URL, free_port, wait_for_port
 from tests.integration.fleet_helpers import (
     Workers,
     assert_written_once,
@@ -27,8 +26,8 @@ from tests.integration.fleet_helpers import (
     make_document,
     make_pdf,
     page_lines,
-    process_env,
     rows,
+    running_beat,
     scalar,
     settings_from,
     start_workers,
@@ -285,21 +284,8 @@ def test_redis_restart_and_cut_database_connections_lose_nothing(
     url = env["OCRFLEET_DATABASE_URL"]
     workers = start_workers(env, tmp_path / "workers.log", devices="cpu:2")
     workers_factory.append(workers)
-    beat_log = open(tmp_path / "beat.log", "ab")  # noqa: SIM115 - closed by the finalizer
-    beat = subprocess.Popen(
-        [sys.executable, "-m", "ocrfleet.cli", "beat", "--schedule", str(tmp_path / "beat")],
-        cwd=REPO,
-        env=process_env(env),
-        stdout=beat_log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    with running_beat(env, tmp_path):
         _survive_faults(url, settings, private_redis, pg_url, workers)
-    finally:
-        beat.terminate()
-        beat.wait(timeout=30)
-        beat_log.close()
-
 
 def _survive_faults(
     url: str, settings: Settings, private_redis: RedisServer, pg_url: str, workers: Workers

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,14 +25,14 @@ from ocrfleet.scheduler.sweeps import (
 )
 from ocrfleet.service import Context
 from ocrfleet.service import ingest as ingest_in_process
-from tests.conftest import REPO, free_port
+from tests.conftest import free_port
 from tests.integration.fleet_helpers import (
     Workers,
     assert_written_once,
     make_document,
-    process_env,
     queue_depths,
     rows,
+    running_beat,
     scalar,
     settings_from,
     start_workers,
@@ -75,15 +73,7 @@ def test_main_process_killed_mid_page_everything_completes_within_two_minutes(
     victim = hashlib.sha256(blobs[1]).hexdigest()
     (kill_dir / f"crash-{victim}-2").touch()
 
-    beat_log = open(tmp_path / "beat.log", "ab")  # noqa: SIM115 - closed below
-    beat = subprocess.Popen(
-        [sys.executable, "-m", "ocrfleet.cli", "beat", "--schedule", str(tmp_path / "beat")],
-        cwd=REPO,
-        env=process_env(env),
-        stdout=beat_log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    with running_beat(env, tmp_path):
         workers = start_workers(env, tmp_path / "workers.log", devices="cpu:2", include=[HOOKS])
         started.append(workers)
         ids = [client.submit(blob, settings=settings) for blob in blobs]
@@ -101,10 +91,6 @@ def test_main_process_killed_mid_page_everything_completes_within_two_minutes(
         states = wait_finished(ids, settings, timeout=120, workers=workers)
         print(f"every document finished {time.monotonic() - killed_at:.1f}s after the kill")
         assert conn.get(LOCK_KEY) is not None  # this fleet's one beat holds the lock
-    finally:
-        beat.terminate()
-        beat.wait(timeout=30)
-        beat_log.close()
 
     assert [s.status.value for s in states] == ["done"] * 4, [s.reason for s in states]
     assert_written_once(url)
