@@ -42,7 +42,7 @@ LOG_NAME = "ocrfleet.log"
 
 
 def _usage_error(message: str) -> typer.Exit:
-    console.print(f"error: {message}", markup=False, highlight=False)
+    console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(errors.EXIT_USAGE)
 
 
@@ -175,7 +175,9 @@ def _print_summary(
         skips = [{"path": display_uri(str(p)), "why": why} for p, why in skipped]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         if skips:
-            console.print(f"skipped {len(skips)} file(s): {json.dumps(skips)}", markup=False)
+            console.print(
+                f"skipped {len(skips)} file(s): {json.dumps(skips)}", markup=False, soft_wrap=True
+            )
         return
     out = Console(highlight=False)
     table = Table(title="ocrfleet run", title_justify="left")
