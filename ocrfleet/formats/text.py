@@ -1,5 +1,5 @@
-"""Plain text: region texts in reading order, one a line, pages in order (what the
-`document_text` view gives)."""
+"""Plain text: region texts in reading order, one a line, pages in order and separated by a
+form feed (the `document_text` view gives the same lines without the page breaks)."""
 
 from __future__ import annotations
 
