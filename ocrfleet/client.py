@@ -1,14 +1,16 @@
 """What an upload service imports: `submit()`, `status()`, `wait()`, `cancel()`,
 `result()`. No torch, no models.
 
-`submit` makes the document's row itself, as `pending`, keyed on (sha256, run_id) like
-every document, then uploads the bytes to `intake/<sha256>` and enqueues `ocrfleet.ingest`
-by name. So it returns the document id at once, and the same content submitted twice is
-the same document (the second submit enqueues nothing unless the first never got past
-`pending`). The run id is `OCRFLEET_RUN_ID` when pinned (the fleet registers its run when a
-worker starts, so an upload service needs no engine files), else computed here from the
-settings alone (`runs.run_config` loads no model, but hashes the model files); the ingest
-task fails a document submitted under another run, with that reason.
+`submit` makes the document's row itself, as `pending`, keyed on (sha256, run_id, tenant)
+like every document (the tenant is `metadata["tenant"]`, "" for none), then uploads the
+bytes to `intake/<sha256>` and enqueues `ocrfleet.ingest` by name. So it returns the
+document id at once, and the same content submitted twice by one tenant is the same
+document (the second submit enqueues nothing unless the first never got past `pending`);
+another tenant's submission of it is another document. The run id is `OCRFLEET_RUN_ID`
+when pinned (the fleet registers its run when a worker starts, so an upload service needs
+no engine files), else computed here from the settings alone (`runs.run_config` loads no
+model, but hashes the model files); the ingest task fails a document submitted under
+another run, with that reason.
 """
 
 from __future__ import annotations
@@ -191,7 +193,8 @@ def submit(
 ) -> int:
     """Submit a PDF or image (bytes, a seekable binary file, a path, or an s3:// / file://
     URI the workers can read); returns the document id. `priority="high"` is for
-    interactive uploads. `callback_url` gets a signed POST when the document finishes."""
+    interactive uploads. `metadata["tenant"]`, if any, names the tenant the document is
+    kept under. `callback_url` gets a signed POST when the document finishes."""
     from ocrfleet.webhooks import check_url
 
     settings = settings or get_settings()
@@ -213,6 +216,7 @@ def submit(
         data, uri, filename = _read_source(source, settings)  # type: ignore[arg-type]
         sha256, size = hashlib.sha256(data).hexdigest(), len(data)  # type: ignore[arg-type]
     meta = dict(metadata or {})
+    tenant = models.metadata_tenant(meta)
     if filename is not None:
         meta.setdefault("filename", filename)
     if uri is None:
@@ -230,6 +234,7 @@ def submit(
             {
                 "run_id": run_id,
                 "sha256": sha256,
+                "tenant": tenant,
                 "source_uri": uri,
                 "byte_size": size,
                 "priority": priority,
@@ -237,7 +242,7 @@ def submit(
                 "callback_url": callback_url,
                 "status": ir.DocumentStatus.pending.value,
             },
-            key=["sha256", "run_id"],
+            key=models.DOCUMENT_KEY,
             update=[],
         )
         status = session.scalar(

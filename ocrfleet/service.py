@@ -104,14 +104,16 @@ def ingest(
     if data is None:
         data = read_uri(uri, ctx.settings)
     sha256 = hashlib.sha256(data).hexdigest()
+    tenant = models.metadata_tenant(metadata)
     with ctx.session() as session:
-        existing = _find_document(session, sha256, run_id)
+        existing = _find_document(session, sha256, run_id, tenant)
         if existing is not None and existing.status != ir.DocumentStatus.pending:
             return _outcome(session, existing, created=False)
 
     common = {
         "run_id": run_id,
         "sha256": sha256,
+        "tenant": tenant,
         "source_uri": storable_uri(uri),
         "byte_size": len(data),
         "priority": priority,
@@ -139,7 +141,7 @@ def ingest(
                 "page_count": document.page_count,
                 "status": ir.DocumentStatus.processing,
             },
-            key=["sha256", "run_id"],
+            key=models.DOCUMENT_KEY,
             update=["media_type", "page_count", "status"],
         )
         for page in pages:
@@ -169,7 +171,7 @@ def _finish_input(
             session,
             models.Document,
             {**common, "status": status, "reason": reason},
-            key=["sha256", "run_id"],
+            key=models.DOCUMENT_KEY,
             update=["status", "reason"],
         )
         return _outcome(session, session.get(models.Document, doc_id), created=True)
@@ -184,6 +186,7 @@ def record_unreadable(ctx: Context, uri: str, error: StorageError) -> IngestOutc
     common = {
         "run_id": ctx.run_id,
         "sha256": hashlib.sha256(uri.encode("utf-8", "surrogateescape")).hexdigest(),
+        "tenant": models.metadata_tenant(None),
         "source_uri": uri,
         "byte_size": None,
         "priority": "normal",
@@ -233,11 +236,12 @@ def discard_unreferenced(ctx: Context, uris: list[str]) -> list[str]:
     return deleted
 
 
-def _find_document(session: Session, sha256: str, run_id: str) -> models.Document | None:
+def _find_document(
+    session: Session, sha256: str, run_id: str, tenant: str
+) -> models.Document | None:
+    doc = models.Document
     return session.scalars(
-        select(models.Document).where(
-            models.Document.sha256 == sha256, models.Document.run_id == run_id
-        )
+        select(doc).where(doc.sha256 == sha256, doc.run_id == run_id, doc.tenant == tenant)
     ).one_or_none()
 
 

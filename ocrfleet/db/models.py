@@ -35,6 +35,8 @@ IdType = BigInteger().with_variant(Integer(), "sqlite")
 REGION_CATEGORIES = (
     "'text','formula','table','title','figure','header','footer','reference'"  # ir.Category
 )
+TENANT_FIELD = "tenant"  # the submission metadata key that names the tenant
+TENANT_LENGTH = 128
 
 
 def utcnow() -> datetime:
@@ -55,10 +57,29 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+def metadata_tenant(metadata: dict[str, Any] | None) -> str:
+    """`documents.tenant` for a submission's metadata: its "tenant", "" for none. Metadata
+    is where a submitter names the tenant, so every writer and finder of documents derives
+    the column here and the two cannot disagree."""
+    tenant = (metadata or {}).get(TENANT_FIELD)
+    if tenant is None:
+        return ""
+    if not isinstance(tenant, str) or len(tenant) > TENANT_LENGTH:
+        raise ValueError(f"a tenant is a string of at most {TENANT_LENGTH} characters")
+    return tenant
+
+
+# Documents' natural key (their unique constraint): every upsert of a document uses it.
+DOCUMENT_KEY = ("sha256", "run_id", "tenant")
+
+
 class Document(Base):
+    """One input under one run for one tenant: the same bytes submitted by two tenants are
+    two documents, processed and seen separately; by one tenant twice, one document."""
+
     __tablename__ = "documents"
     __table_args__ = (
-        UniqueConstraint("sha256", "run_id"),
+        UniqueConstraint(*DOCUMENT_KEY),
         CheckConstraint(
             "status in ('pending','processing','done','partial','rejected','failed','reviewed',"
             "'cancelled')",
@@ -71,6 +92,8 @@ class Document(Base):
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
     sha256: Mapped[str] = mapped_column(String(64))
+    # metadata_tenant(meta): "" when there is none (`ocrfleet run`, an untenanted client).
+    tenant: Mapped[str] = mapped_column(String(TENANT_LENGTH), default="", server_default="")
     source_uri: Mapped[str] = mapped_column(Text)
     media_type: Mapped[str | None] = mapped_column(String(100))
     byte_size: Mapped[int | None] = mapped_column(BigInteger)
@@ -193,7 +216,7 @@ class ReviewFlag(Base):
 
 
 class User(Base):
-    """A back-office account. `tenant` set: sees only documents whose meta tenant is it."""
+    """A back-office account. `tenant` set: sees only documents whose `tenant` is it."""
 
     __tablename__ = "users"
     __table_args__ = (

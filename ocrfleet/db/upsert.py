@@ -89,7 +89,7 @@ def upsert(
     session: Session,
     model: type[Base],
     values: dict[str, Any],
-    key: list[str],
+    key: Sequence[str],
     update: list[str] | None = None,
 ) -> Any:
     """Insert `values` or, if a row with the same `key` exists, update it; returns its
@@ -114,7 +114,7 @@ def upsert_many(
     session: Session,
     model: type[Base],
     rows: Sequence[dict[str, Any]],
-    key: list[str],
+    key: Sequence[str],
     update: list[str] | None = None,
 ) -> None:
     """`upsert` for many rows in one executemany; rows share their columns and each key

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from ocrfleet import ir
 from ocrfleet.db import migrate
 from ocrfleet.db.models import (
+    DOCUMENT_KEY,
     Candidate,
     Document,
     Page,
@@ -68,8 +69,8 @@ def add_page(url: str, number: int = 1, sha256: str = SHA) -> int:
         document_id = upsert(
             session,
             Document,
-            {"run_id": run_id, "sha256": sha256, "source_uri": "s3://b/in.pdf"},
-            key=["sha256", "run_id"],
+            {"run_id": run_id, "sha256": sha256, "tenant": "", "source_uri": "s3://b/in.pdf"},
+            key=DOCUMENT_KEY,
             update=[],
         )
         return upsert(
@@ -208,6 +209,59 @@ def test_downgrade_to_base_and_up_again(url: str) -> None:
     migrate.check(url)
 
 
+def test_0006_takes_the_tenant_from_meta_and_downgrades_only_without_shared_content(
+    db_url: str,
+) -> None:
+    migrate.upgrade(db_url, "0005")
+    columns = "run_id, sha256, source_uri, pages_done, pages_failed, status, priority, meta"
+    stamps = "created_at, updated_at"
+    with session_scope(db_url) as session:
+        session.execute(
+            text("INSERT INTO runs (id, config, created_at) VALUES ('r', '{}', '2020-01-01')")
+        )
+        for sha, status, meta in [
+            ("a", "done", """'{"tenant": "acme", "batch": 1}'"""),
+            ("b", "reviewed", "NULL"),
+            ("c", "cancelled", """'{"batch": 2}'"""),
+        ]:
+            session.execute(
+                text(
+                    f"INSERT INTO documents ({columns}, {stamps}) VALUES "
+                    f"('r', '{sha}', 'x', 0, 0, '{status}', 'normal', {meta}, "
+                    "'2020-01-01', '2020-01-01')"
+                )
+            )
+    dispose_engines()
+    migrate.upgrade(db_url)
+    with session_scope(db_url) as session:
+        assert session.execute(
+            select(Document.sha256, Document.tenant, Document.status).order_by(Document.sha256)
+        ).all() == [("a", "acme", "done"), ("b", "", "reviewed"), ("c", "", "cancelled")]
+        assert session.execute(text("SELECT count(*) FROM document_text")).scalar_one() == 3
+        upsert(
+            session,
+            Document,
+            {"run_id": "r", "sha256": "a", "tenant": "globex", "source_uri": "y"},
+            DOCUMENT_KEY,
+        )
+    dispose_engines()
+    # Going back would fold globex's document into acme's: refused, and nothing changes.
+    with pytest.raises(RuntimeError, match="more than one tenant"):
+        migrate.downgrade(db_url, "0005")
+    dispose_engines()
+    with session_scope(db_url) as session:
+        assert session.execute(text("SELECT version_num FROM alembic_version")).all() == [("0006",)]
+        session.execute(text("DELETE FROM documents WHERE tenant = 'globex'"))
+    dispose_engines()
+    migrate.downgrade(db_url, "0005")
+    inspector = inspect(get_engine(db_url))
+    assert "tenant" not in {c["name"] for c in inspector.get_columns("documents")}
+    assert [u["column_names"] for u in inspector.get_unique_constraints("documents")] == [
+        ["sha256", "run_id"]
+    ]
+    dispose_engines()
+
+
 # --- sessions -----------------------------------------------------------------------
 
 
@@ -268,14 +322,12 @@ def test_upsert_same_key_twice_keeps_one_row(url: str) -> None:
         session.execute(
             Document.__table__.update().values(updated_at=datetime(2000, 1, 1, tzinfo=UTC))
         )
-    values = {"run_id": "run1", "sha256": SHA, "source_uri": "s3://b/other.pdf"}
+    values = {"run_id": "run1", "sha256": SHA, "tenant": "", "source_uri": "s3://b/other.pdf"}
     with session_scope(url) as session:
-        assert upsert(session, Document, values, key=["sha256", "run_id"], update=[]) == (
-            document_id
-        )
+        assert upsert(session, Document, values, key=DOCUMENT_KEY, update=[]) == document_id
         assert session.get(Document, document_id).source_uri == "s3://b/in.pdf"
     with session_scope(url) as session:
-        again = upsert(session, Document, {**values, "status": "processing"}, ["sha256", "run_id"])
+        again = upsert(session, Document, {**values, "status": "processing"}, DOCUMENT_KEY)
         assert again == document_id
     with session_scope(url) as session:
         rows = session.execute(select(Document)).scalars().all()
@@ -314,8 +366,13 @@ def test_concurrent_upserts_end_with_one_row(url: str) -> None:
                     upsert(
                         session,
                         Document,
-                        {"run_id": "run1", "sha256": "cd" * 32, "source_uri": f"s3://b/{n}"},
-                        key=["sha256", "run_id"],
+                        {
+                            "run_id": "run1",
+                            "sha256": "cd" * 32,
+                            "tenant": "",
+                            "source_uri": f"s3://b/{n}",
+                        },
+                        key=DOCUMENT_KEY,
                     )
                 )
         except BaseException as exc:  # reported below, in the test's thread
@@ -333,6 +390,26 @@ def test_concurrent_upserts_end_with_one_row(url: str) -> None:
     assert rows == [ids[0]]
 
 
+def test_same_content_is_one_document_per_tenant(url: str) -> None:
+    """One tenant submitting a file twice gets one document; another tenant (or none) gets
+    its own."""
+    add_page(url)
+
+    def submit(tenant: str) -> int:
+        values = {"run_id": "run1", "sha256": "cd" * 32, "tenant": tenant, "source_uri": "s3://b/x"}
+        with session_scope(url) as session:
+            return upsert(session, Document, values, DOCUMENT_KEY, update=[])
+
+    acme, globex, acme_again, untenanted = (submit(t) for t in ("acme", "globex", "acme", ""))
+    assert acme == acme_again
+    assert len({acme, globex, untenanted}) == 3
+    with session_scope(url) as session:
+        rows = session.execute(
+            select(Document.tenant).where(Document.sha256 == "cd" * 32).order_by(Document.id)
+        ).scalars()
+        assert list(rows) == ["acme", "globex", ""]
+
+
 @pytest.mark.parametrize("update", [None, []], ids=["do_update", "do_nothing"])
 def test_redelivered_upsert_waits_for_first_commit_on_postgresql(
     pg_url: str, update: list[str] | None
@@ -340,16 +417,16 @@ def test_redelivered_upsert_waits_for_first_commit_on_postgresql(
     """The second session blocks on the first one's uncommitted row, then lands on it."""
     migrate.upgrade(pg_url)
     add_page(pg_url)
-    values = {"run_id": "run1", "sha256": "ef" * 32, "source_uri": "s3://b/x.pdf"}
+    values = {"run_id": "run1", "sha256": "ef" * 32, "tenant": "", "source_uri": "s3://b/x.pdf"}
     second: list[int] = []
 
     def redelivery() -> None:
         with session_scope(pg_url) as session:
-            second.append(upsert(session, Document, values, ["sha256", "run_id"], update))
+            second.append(upsert(session, Document, values, DOCUMENT_KEY, update))
 
     try:
         with session_scope(pg_url) as first:
-            first_id = upsert(first, Document, values, ["sha256", "run_id"], update)
+            first_id = upsert(first, Document, values, DOCUMENT_KEY, update)
             thread = threading.Thread(target=redelivery)
             thread.start()
             deadline = time.monotonic() + 30

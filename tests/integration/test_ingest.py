@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import session_scope
-from ocrfleet.service import Context, ingest, process_page
+from ocrfleet.service import Context, IngestOutcome, ingest, process_page
 from tests.fixtures.badinputs import BadInput, cases, pdf_bytes
 
 pytestmark = pytest.mark.integration
@@ -60,6 +61,31 @@ def test_a_batch_with_bad_inputs_goes_on(db_url: str, tmp_path: Path) -> None:
     with ctx.session() as session:
         doc = session.get(models.Document, done.document_id)
         assert (doc.status, doc.pages_done) == ("done", 2)
+
+
+def test_one_document_per_tenant(db_url: str, tmp_path: Path) -> None:
+    """The same bytes under two tenants are two documents with their own pages; the same
+    tenant again is the first document, and no tenant is a third."""
+    ctx = context(db_url, tmp_path)
+    data = pdf_bytes(pages=1)
+
+    def ingest_as(tenant: str | None) -> IngestOutcome:
+        metadata = None if tenant is None else {"tenant": tenant}
+        return ingest(ctx, "upload/same.pdf", data=data, metadata=metadata)
+
+    acme, globex, acme_again, untenanted = map(ingest_as, ["acme", "globex", "acme", None])
+    assert (acme_again.document_id, acme_again.created) == (acme.document_id, False)
+    assert len({acme.document_id, globex.document_id, untenanted.document_id}) == 3
+    assert len({*acme.page_ids, *globex.page_ids, *untenanted.page_ids}) == 3
+    with ctx.session() as session:
+        tenants = session.execute(
+            select(models.Document.id, models.Document.tenant).order_by(models.Document.id)
+        ).all()
+    assert tenants == [
+        (acme.document_id, "acme"),
+        (globex.document_id, "globex"),
+        (untenanted.document_id, ""),
+    ]
 
 
 def test_a_pinned_run_needs_no_engine_files_and_must_match(
