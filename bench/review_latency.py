@@ -91,10 +91,10 @@ def replicate(url: str, flags: int) -> int:
                 text(
                     "INSERT INTO documents (id, run_id, sha256, source_uri, media_type, "
                     "byte_size, page_count, pages_done, pages_failed, status, reason, priority, "
-                    "meta, created_at, updated_at) "
+                    "meta, tenant, created_at, updated_at) "
                     "SELECT id + :off, run_id, substr(sha256, 1, 56) || lpad(:copy, 8, '0'), "
                     "source_uri, media_type, byte_size, page_count, pages_done, pages_failed, "
-                    "status, reason, priority, meta, created_at, updated_at "
+                    "status, reason, priority, meta, tenant, created_at, updated_at "
                     "FROM documents WHERE id < :stride"
                 ),
                 {"off": offset, "copy": str(copy), "stride": stride},

@@ -1,7 +1,7 @@
 """The FastAPI application. Every route but the probes and /metrics needs an API key
 (`Authorization: Bearer <key>` or `X-API-Key`); a key sees only its tenant's documents
-(`documents.meta["tenant"]`, the field the review app filters on), and another tenant's
-document is a 404, never a 403, so ids do not leak.
+(`documents.tenant`, the column the review app filters on), and another tenant's document
+is a 404, never a 403, so ids do not leak. The same file from two tenants is two documents.
 
 Submissions go through `ocrfleet.client.submit`, the same code as every other producer:
 an upload is spooled by the multipart parser, then hashed and streamed to the store."""
@@ -38,7 +38,6 @@ from ocrfleet.formats import FORMATS, render_document
 from ocrfleet.storage import open_store
 from ocrfleet.webhooks import UnsafeCallbackURL, result_urls
 
-TENANT_FIELD = "tenant"
 PAGE_LIMIT = 100
 
 
@@ -49,7 +48,7 @@ def ping(database_url: str) -> None:
 
 def tenants(doc: models.Document | None, document_id: int, tenant: str) -> models.Document:
     """`doc` if it is `tenant`'s, else 404 (missing and foreign documents look the same)."""
-    if doc is None or (doc.meta or {}).get(TENANT_FIELD) != tenant:
+    if doc is None or doc.tenant != tenant:
         raise HTTPException(404, f"no document {document_id}")
     return doc
 
@@ -228,7 +227,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(422, f"`metadata` is not JSON: {exc}") from exc
         if not isinstance(meta, dict):
             raise HTTPException(422, "`metadata` must be a JSON object")
-        meta[TENANT_FIELD] = tenant
+        meta[models.TENANT_FIELD] = tenant  # becomes documents.tenant in client.submit
         if file is not None and file.filename:
             meta.setdefault("filename", file.filename)
         try:
@@ -245,10 +244,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(503, str(exc)) from exc
         with db() as session:
             doc = session.get(models.Document, document_id)
-            assert doc is not None
-            if (doc.meta or {}).get(TENANT_FIELD) != tenant:
-                # Same content, same document (sha256 + run): it belongs to another tenant.
-                raise HTTPException(409, "identical content is held under another tenant")
+            assert doc is not None and doc.tenant == tenant
             return {**_document_json(doc), "links": _links(document_id)}
 
     def _links(document_id: int) -> dict[str, Any]:
@@ -313,7 +309,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ) -> dict[str, Any]:
         """This tenant's documents, oldest first, `limit` at a time."""
         doc = models.Document
-        query = select(doc).where(doc.meta[TENANT_FIELD].as_string() == tenant)
+        query = select(doc).where(doc.tenant == tenant)
         if status is not None:
             query = query.where(doc.status == status)
         if since is not None:

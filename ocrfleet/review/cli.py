@@ -46,9 +46,7 @@ def review(
 def users_add(
     name: Annotated[str, typer.Argument(help="login name")],
     role: Annotated[str, typer.Option(help="reviewer or admin")] = "reviewer",
-    tenant: Annotated[
-        str | None, typer.Option(help="see only documents whose metadata tenant is this")
-    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="see only this tenant's documents")] = None,
     password_stdin: Annotated[
         bool, typer.Option("--password-stdin", help="read the password from standard input")
     ] = False,

@@ -24,7 +24,6 @@ from ocrfleet.db.models import (
 )
 from ocrfleet.review.users import Account
 
-document_tenant = Document.meta["tenant"].as_string()
 # Interactive uploads first, then oldest first.
 PRIORITY_RANK = case((Document.priority == "high", 0), else_=1)
 
@@ -55,7 +54,7 @@ class Filters:
 def scoped(stmt: Select[Any], account: Account) -> Select[Any]:
     """Limit a statement that joins Document to what the account may see."""
     if account.tenant is not None:
-        stmt = stmt.where(document_tenant == account.tenant)
+        stmt = stmt.where(Document.tenant == account.tenant)
     return stmt
 
 
@@ -75,7 +74,7 @@ def _flag_rows(account: Account, filters: Filters, *columns: Any) -> Select[Any]
     if filters.run:
         stmt = stmt.where(Document.run_id == filters.run)
     if filters.tenant:
-        stmt = stmt.where(document_tenant == filters.tenant)
+        stmt = stmt.where(Document.tenant == filters.tenant)
     return scoped(stmt, account)
 
 
@@ -92,7 +91,7 @@ class QueueRow:
     document_id: int
     source_uri: str
     priority: str
-    tenant: str | None
+    tenant: str  # "" for none
     claimed_by: str | None
 
 
@@ -116,7 +115,7 @@ def open_flags(
         Document.id,
         Document.source_uri,
         Document.priority,
-        document_tenant,
+        Document.tenant,
         case((ReviewFlag.claimed_until > now, claimer.c.name), else_=None),
     ).outerjoin(claimer, claimer.c.id == ReviewFlag.claimed_by)
     if filters.reason:
@@ -229,7 +228,7 @@ class RegionDetail:
     document_id: int
     source_uri: str
     document_status: str
-    tenant: str | None
+    tenant: str  # "" for none
     candidates: list[CandidateView] = field(default_factory=list)
     flags: list[FlagView] = field(default_factory=list)
     reviews: list[ReviewView] = field(default_factory=list)
@@ -261,7 +260,7 @@ def region_detail(session: Session, account: Account, region_id: int) -> RegionD
                 Document.id,
                 Document.source_uri,
                 Document.status,
-                document_tenant,
+                Document.tenant,
             )
             .join(Page, Page.id == Region.page_id)
             .join(Document, Document.id == Page.document_id)
@@ -354,7 +353,7 @@ class DocumentDetail:
     id: int
     source_uri: str
     status: str
-    tenant: str | None
+    tenant: str  # "" for none
     pages: list[tuple[int, int]]  # (page id, number)
     regions: list[RegionState]
 
@@ -364,7 +363,7 @@ def document_detail(
 ) -> DocumentDetail | None:
     doc = session.execute(
         scoped(
-            select(Document.id, Document.source_uri, Document.status, document_tenant).where(
+            select(Document.id, Document.source_uri, Document.status, Document.tenant).where(
                 Document.id == document_id
             ),
             account,

@@ -92,7 +92,7 @@ def reviewed_regions(
     if category is not None:
         stmt = stmt.where(Region.category == category)
     if tenant is not None:
-        stmt = stmt.where(Document.meta["tenant"].as_string() == tenant)
+        stmt = stmt.where(Document.tenant == tenant)
     regions: dict[int, ReviewedRegion] = {}
     for rid, sha, page, uri, number, cat, x0, y0, x1, y1, chosen in session.execute(stmt).all():
         review = decided[rid]

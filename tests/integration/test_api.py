@@ -262,6 +262,31 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
     )
 
 
+def test_two_tenants_uploading_one_file_get_a_document_each(fleet: Fleet) -> None:
+    """The same bytes from A and from B are two documents, each processed, each seen only
+    by its tenant; A uploading them again is A's first document."""
+    a, b = fleet.http("A"), fleet.http("B")
+    upload = {"file": ("same.pdf", make_document(13, 1), "application/pdf")}
+    created = [http.post("/v1/documents", files=upload) for http in (a, b, a)]
+    assert [r.status_code for r in created] == [202, 202, 202], [r.text for r in created]
+    a_id, b_id, a_again = (r.json()["id"] for r in created)
+    assert a_id != b_id and a_again == a_id
+    assert [r.json()["metadata"]["tenant"] for r in created] == ["A", "B", "A"]
+
+    token = page_lines(13, 1)[1].split()[1]
+    for http, doc_id, other in ((a, a_id, b_id), (b, b_id, a_id)):
+        assert wait_status(http, doc_id, {"done", "failed", "rejected"})["status"] == "done"
+        text = http.get(f"/v1/documents/{doc_id}/result", params={"format": "text"}).text
+        assert token in text
+        assert [d["id"] for d in http.get("/v1/documents").json()["documents"]] == [doc_id]
+        assert http.get(f"/v1/documents/{other}").status_code == 404
+    url = fleet.env["OCRFLEET_DATABASE_URL"]
+    assert rows(url, "SELECT id, tenant, pages_done FROM documents ORDER BY id") == [
+        (a_id, "A", 1),
+        (b_id, "B", 1),
+    ]
+
+
 def test_cancel_mid_document(fleet: Fleet, receiver: Receiver) -> None:
     a = fleet.http("A")
     pages = 8
