@@ -15,7 +15,8 @@ Rows are built the way production sees them:
 - unlv (realdocs/tesseract_test, 2 pages): the detector's lines inside each zone, matched
   to the page's ground-truth lines by text (bench/reallines.py), source `det`.
 
-Every crop is read by RapidOCR and tesseract once; the readings are cached per set in
+Every crop is read by RapidOCR and tesseract once (text, line confidence, least word
+confidence); the readings are cached per set in
 `bench/out/realrows/<set>.jsonl` (gitignored) under the engines' versions, so a refit costs
 no engine time. A document already in the cache with the same versions is not read again.
 """
@@ -42,6 +43,7 @@ from ocrfleet import ir  # noqa: E402
 from ocrfleet.engines.base import Recogniser  # noqa: E402
 from ocrfleet.pipeline.images import load_image  # noqa: E402
 from ocrfleet.pipeline.regions import crop, detect_regions  # noqa: E402
+from ocrfleet.scorers.consensus import read_with_words  # noqa: E402
 
 SROIE = REALDOCS.parent / "train" / "sroie"
 UW3_BOOK = REALDOCS / "uw3_500_ocropy" / "book"
@@ -64,7 +66,8 @@ class RealRow:
     bbox: tuple[int, int, int, int] | None  # on `image`; None: the whole image
     truth: str
     case_sensitive: bool
-    reads: dict[str, tuple[str, float | None] | None]  # engine -> reading, None if it failed
+    # engine -> (text, confidence, least word confidence), None if the read failed
+    reads: dict[str, Reading | None]
 
     def crop(self) -> Image.Image:
         page = _image(self.image)
@@ -235,19 +238,20 @@ def unlv_docs(detector, readers: Sequence[Recogniser]) -> Iterator[tuple[str, li
 # ---- reading and the cache --------------------------------------------------------------
 
 
-def read_all(
-    reader: Recogniser, crops: Sequence[Image.Image]
-) -> list[tuple[str, float | None] | None]:
+Reading = tuple[str, float | None, float | None]
+
+
+def read_all(reader: Recogniser, crops: Sequence[Image.Image]) -> list[Reading | None]:
     """Every crop's reading in one call; one at a time if the batch fails."""
     try:
-        out = reader.recognise(list(crops))
-        return [(text, conf) for text, conf in out]
+        out = read_with_words(reader, list(crops))
+        return [(r.text, r.confidence, r.word_confidence) for r in out]
     except Exception:  # noqa: BLE001 - find the crop that fails, read the rest
-        readings: list[tuple[str, float | None] | None] = []
+        readings: list[Reading | None] = []
         for one in crops:
             try:
-                ((text, conf),) = reader.recognise([one])
-                readings.append((text, conf))
+                (r,) = read_with_words(reader, [one])
+                readings.append((r.text, r.confidence, r.word_confidence))
             except Exception as error:  # noqa: BLE001 - a failed read is recorded as None
                 print(f"{reader.name} cannot read a {one.size} crop: {error}", file=sys.stderr)
                 readings.append(None)
@@ -275,7 +279,7 @@ def load_rows(set_name: str) -> list[RealRow]:
     for line in sorted(lines, key=lambda text: json.loads(text)["id"]):
         record = json.loads(line)
         reads = {
-            key.split("@", 1)[0]: (None if value is None else (value[0], value[1]))
+            key.split("@", 1)[0]: (None if value is None else (*value, None)[:3])
             for key, value in record["reads"].items()
         }
         bbox = None if record["bbox"] is None else tuple(record["bbox"])
@@ -327,7 +331,7 @@ def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
             key = keys[reader.name]
             if all(reader.name in row.reads for row in rows):
                 reads[reader.name] = [row.reads[reader.name] for row in rows]
-            elif all(key in cached.get(row.id, {}).get("reads", {}) for row in rows):
+            elif all(_complete(cached.get(row.id, {}).get("reads", {}), key) for row in rows):
                 reads[reader.name] = [cached[row.id]["reads"][key] for row in rows]
             else:
                 crops = crops or [row.crop() for row in rows]
@@ -345,6 +349,12 @@ def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
             print(f"{set_name} {doc}: {len(rows)} rows ({time.perf_counter() - started:.0f} s)")
     _write(path, records, {})
     print(f"{set_name}: {len(records)} rows, {count} new readings")
+
+
+def _complete(reads: dict, key: str) -> bool:
+    """A cached reading under this engine version, in the current (text, confidence, least
+    word confidence) form; older two-value readings are read again."""
+    return key in reads and (reads[key] is None or len(reads[key]) == 3)
 
 
 def _write(path: Path, records: dict[str, dict], rest: dict[str, dict]) -> None:

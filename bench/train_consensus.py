@@ -99,7 +99,7 @@ class Examples:
 
 def _reading(row: RealRow, engine: str) -> Reading | None:
     value = row.reads.get(engine)
-    return None if value is None else Reading(engine, value[0], value[1])
+    return None if value is None else Reading(engine, *value)
 
 
 def build_examples(rows: Sequence[RealRow], seed: int = SEED) -> Examples:
@@ -119,7 +119,10 @@ def build_examples(rows: Sequence[RealRow], seed: int = SEED) -> Examples:
             rereads = {
                 other: r for other, r in readings.items() if other != engine and r is not None
             }
-            unit = Unit(image, reading.text, ir.Category.text, 1, engine, reading.confidence)
+            unit = Unit(
+                image, reading.text, ir.Category.text, 1, engine, reading.confidence,
+                reading.word_confidence,
+            )  # fmt: skip
             label = same_text(reading.text, row.truth, case_sensitive=row.case_sensitive)
             out.add(row, unit, rereads, label)
         both = {engine: r for engine, r in readings.items() if r is not None}
@@ -177,6 +180,17 @@ def rows_sha256(rows: Sequence[RealRow]) -> str:
     return digest.hexdigest()
 
 
+def _code_sha256() -> str:
+    """The label rule and the feature code: a change to either invalidates cached features."""
+    from ocrfleet import labels
+    from ocrfleet.scorers import features
+
+    digest = hashlib.sha256()
+    for module in (labels, features):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
 def load_examples(
     sets: Sequence[str], rows: Sequence[RealRow] | None = None
 ) -> tuple[Examples, np.ndarray, np.ndarray]:
@@ -186,7 +200,7 @@ def load_examples(
     rows = [row for name in sets for row in load_rows(name)] if rows is None else list(rows)
     ex = build_examples(rows)
     key = hashlib.sha256(
-        (rows_sha256(rows) + json.dumps(list(FEATURE_NAMES))).encode()
+        (rows_sha256(rows) + json.dumps(list(FEATURE_NAMES)) + _code_sha256()).encode()
     ).hexdigest()[:16]
     cache = OUT / f"features-{key}.npz"
     if cache.is_file():
@@ -230,7 +244,7 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, docs: Sequence[str]) -> np.ndarray
     """Log-odds for every row from a model that never saw its document (cached under
     bench/out by the hash of the data and the fit's parameters)."""
     key = hashlib.sha256(
-        (data_sha256(x, y, docs) + json.dumps(HGB_PARAMS, sort_keys=True)).encode()
+        (data_sha256(x, y, docs) + json.dumps([HGB_PARAMS, monotone()], sort_keys=True)).encode()
     ).hexdigest()[:16]
     cache = OUT / f"oof-{key}.npy"
     if cache.is_file():

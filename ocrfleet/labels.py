@@ -3,9 +3,14 @@ labels candidates with `same_text`, so a number measured anywhere means the same
 
 Two texts are the same when they are equal after `canonical`: Unicode NFKC (ligatures,
 full-width forms, the one-character ellipsis become plain characters), typographic quotes,
-dashes and ellipses folded to ASCII, soft hyphens and zero-width characters dropped, and
-every whitespace run folded to one space. Case is kept unless the caller says the ground
-truth's case cannot be trusted (SROIE upper-cases many transcripts).
+dashes and ellipses folded to ASCII (TeX's two-backtick and two-apostrophe quotes, which
+UW3's transcripts use, too), soft hyphens and zero-width characters dropped, every
+whitespace run folded to one space, and whitespace next to ASCII punctuation dropped:
+"TOTAL :" and "TOTAL:", "AMT (RM)" and "AMT(RM)" are the same text to a reader, and
+transcribers space them both ways (SROIE does), so a label that counted them would call
+correct readings wrong at random. A missing space between two words is still an error.
+Case is kept unless the caller says the ground truth's case cannot be trusted (SROIE
+upper-cases many transcripts).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import re
 import unicodedata
 
 _WS = re.compile(r"\s+")
+_PUNCT_SPACE = re.compile(r" ?([!-/:-@\[-`{-~]) ?")
+_TEX_QUOTE = re.compile(r"''")
 
 # After NFKC: what is still typographic, folded to the ASCII a reader would accept.
 _FOLD = str.maketrans(
@@ -32,7 +39,8 @@ def canonical(text: str, *, case_sensitive: bool = True) -> str:
     """The form two texts are compared in (see the module docstring)."""
     # Folded before NFKC too, which would turn a double prime into two primes.
     folded = unicodedata.normalize("NFKC", text.translate(_FOLD)).translate(_FOLD)
-    folded = _WS.sub(" ", folded).strip()
+    folded = _TEX_QUOTE.sub('"', folded)  # `` is '' by now
+    folded = _PUNCT_SPACE.sub(r"\1", _WS.sub(" ", folded).strip())
     return folded if case_sensitive else folded.casefold()
 
 

@@ -24,6 +24,7 @@ from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.pipeline.regions import crop
 from ocrfleet.scorers.base import Scorer, Unit
+from ocrfleet.scorers.features import least_word_confidence
 
 ENGINE_FAILED = "engine_failed"
 NOT_SCORED = "not_scored"
@@ -102,6 +103,7 @@ def score_units(
                 region_number=region.number,
                 engine=candidate.engine,
                 confidence=candidate.confidence,
+                word_confidence=least_word_confidence(candidate.words),
             )
         )
     if not units:

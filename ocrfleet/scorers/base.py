@@ -21,6 +21,9 @@ class Unit:
     region_number: int
     engine: str
     confidence: float | None = None  # the candidate engine's own confidence in [0, 1], if any
+    # Its least confident word's confidence, where the engine gives words: one doubtful
+    # character shows there, while the line's mean hides it.
+    word_confidence: float | None = None
 
 
 class Scorer(Protocol):

@@ -33,7 +33,13 @@ from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.engines.base import Recogniser
 from ocrfleet.scorers.base import Unit, judgement
-from ocrfleet.scorers.features import FEATURE_NAMES, Reading, rereads_for, unit_features
+from ocrfleet.scorers.features import (
+    FEATURE_NAMES,
+    Reading,
+    least_word_confidence,
+    rereads_for,
+    unit_features,
+)
 from ocrfleet.scorers.model import Platt, Trees
 from ocrfleet.scorers.precheck import precheck
 
@@ -132,6 +138,17 @@ class Failure:
     error: str
 
 
+def read_with_words(reader: Recogniser, crops: list[Image.Image]) -> list[Reading]:
+    """`reader`'s readings of `crops`, with the least word confidence where it gives words."""
+    with_words = getattr(reader, "recognise_words", None)
+    if with_words is None:
+        return [Reading(reader.name, text, conf) for text, conf in reader.recognise(crops)]
+    return [
+        Reading(reader.name, text, conf, least_word_confidence(words))
+        for text, conf, words in with_words(crops)
+    ]
+
+
 class ConsensusFeatures:
     """Everything the consensus scorer does before the model: precheck, re-reads and
     features. Training uses it directly, before any weights exist.
@@ -179,6 +196,7 @@ class ConsensusFeatures:
                     unit.engine,
                     unit.confidence,
                     found.get(i, {}),
+                    unit.word_confidence,
                 )
             except Exception as error:  # noqa: BLE001 - a feature failure is a verdict
                 results[i] = Failure(ir.Verdict.forward_failed, _error_text(error))
@@ -210,7 +228,8 @@ class ConsensusFeatures:
         for i, unit in enumerate(units):
             if unit.engine in reader_names:
                 known.setdefault(
-                    (keys[i], unit.engine), Reading(unit.engine, unit.text, unit.confidence)
+                    (keys[i], unit.engine),
+                    Reading(unit.engine, unit.text, unit.confidence, unit.word_confidence),
                 )
         readings: dict[int, dict[str, Reading]] = {i: {} for i in wanted}
         errors: dict[int, str] = {}
@@ -240,7 +259,7 @@ class ConsensusFeatures:
             return {}
         keys = list(crops)
         try:
-            outputs = reader.recognise([crops[k] for k in keys])
+            outputs = read_with_words(reader, [crops[k] for k in keys])
             if len(outputs) != len(keys):
                 raise RuntimeError(f"{len(outputs)} readings for {len(keys)} crops")
         except Exception:  # noqa: BLE001 - isolate the failing crop below
@@ -248,14 +267,14 @@ class ConsensusFeatures:
         errors: dict[str, str] = {}
         for n, key in enumerate(keys):
             if outputs is not None:
-                text, confidence = outputs[n]
+                reading = outputs[n]
             else:
                 try:
-                    ((text, confidence),) = reader.recognise([crops[key]])
+                    (reading,) = read_with_words(reader, [crops[key]])
                 except Exception as error:  # noqa: BLE001 - this crop's verdict
                     errors[key] = _error_text(error)
                     continue
-            known[(key, reader.name)] = Reading(reader.name, text, confidence)
+            known[(key, reader.name)] = reading
         return errors
 
 

@@ -3,9 +3,12 @@
 Kinds of evidence, each cheap on a CPU:
 
 - the candidate engine's own confidence (engines are calibrated differently, so each known
-  engine has its own column and any other engine's confidence a shared one); an engine
-  without confidence (MiniCPM-OCR) sets `conf_missing` and is scored on the rest, with no
-  penalty built in: the fit decides what missing confidence is worth;
+  engine has its own column and any other engine's confidence a shared one), and the
+  confidence of its least confident word where the engine gives word confidences (RapidOCR's
+  per-character scores, tesseract's per word: one doubtful comma shows there, the line's
+  mean hides it); an engine without confidence (MiniCPM-OCR) sets `conf_missing` and is
+  scored on the rest, with no penalty built in: the fit decides what missing confidence is
+  worth;
 - agreement with independent re-reads of the same crop by RapidOCR and tesseract (each
   reader that is not the candidate's own engine): normalised edit similarity, exact and
   folded equality, the reader's confidence, and whether the re-reads agree among
@@ -27,6 +30,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +49,7 @@ from ocrfleet.scorers.render.table import parse_table
 # the re-readers, each with its own agreement columns.
 CONFIDENCE_ENGINES = ("rapidocr", "tesseract")
 READERS = CONFIDENCE_ENGINES
-_READER_COLUMNS = ("missing", "sim", "exact", "exact_fold", "conf")
+_READER_COLUMNS = ("missing", "sim", "exact", "exact_fold", "conf", "wconf")
 
 FEATURE_NAMES: tuple[str, ...] = (
     # the candidate engine's confidence
@@ -53,6 +57,9 @@ FEATURE_NAMES: tuple[str, ...] = (
     "conf_rapidocr",
     "conf_tesseract",
     "conf_other",
+    "wconf_rapidocr",
+    "wconf_tesseract",
+    "wconf_other",
     # each independent re-read
     *(f"{reader}_{column}" for reader in READERS for column in _READER_COLUMNS),
     # all re-reads together
@@ -67,8 +74,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     # the crop: ink cut by its left or right edge (a clipped first or last character)
     "edge_ink_left",
     "edge_ink_right",
-    # the text itself
-    "text_log_len",
+    # the text itself (not its length: how long lines are is the document kind's habit,
+    # and a fit on receipts' short lines learned it as evidence that did not hold on books)
     "text_digit_share",
     "text_punct_share",
     "text_nonascii_share",
@@ -85,6 +92,9 @@ INCREASING: tuple[str, ...] = (
     "conf_rapidocr",
     "conf_tesseract",
     "conf_other",
+    "wconf_rapidocr",
+    "wconf_tesseract",
+    "wconf_other",
     *(f"{reader}_{column}" for reader in READERS for column in ("sim", "exact", "exact_fold")),
     "reread_max_sim",
     "reread_min_sim",
@@ -101,6 +111,16 @@ class Reading:
     engine: str
     text: str
     confidence: float | None
+    word_confidence: float | None = None  # its least confident word's, if it gave words
+
+
+def least_word_confidence(words: Sequence[ir.Word] | None) -> float | None:
+    """The lowest confidence among the words an engine placed itself (approximate words
+    carry no confidence of their own); None when there is none."""
+    values = [
+        w.confidence for w in words or () if w.confidence is not None and not w.approximate
+    ]
+    return min(values) if values else None
 
 
 def visible_text(text: str, category: ir.Category) -> str:
@@ -153,14 +173,25 @@ def _word_share(candidate: str, second: str) -> float:
     return hits / len(words)
 
 
-def engine_features(engine: str, confidence: float | None) -> dict[str, float]:
+def _word_or_line(word_confidence: float | None, confidence: float | None) -> float | None:
+    """The least word confidence, or the line's where the engine gave no word confidences."""
+    if word_confidence is not None and math.isfinite(word_confidence):
+        return word_confidence
+    return confidence
+
+
+def engine_features(
+    engine: str, confidence: float | None, word_confidence: float | None = None
+) -> dict[str, float]:
     missing = confidence is None or not math.isfinite(confidence)
-    features = {"conf_missing": float(missing), "conf_other": 0.0}
+    features = {"conf_missing": float(missing), "conf_other": 0.0, "wconf_other": 0.0}
     for name in CONFIDENCE_ENGINES:
         features[f"conf_{name}"] = 0.0
+        features[f"wconf_{name}"] = 0.0
     if not missing:
-        column = f"conf_{engine}" if engine in CONFIDENCE_ENGINES else "conf_other"
-        features[column] = _conf_logit(confidence)
+        suffix = engine if engine in CONFIDENCE_ENGINES else "other"
+        features[f"conf_{suffix}"] = _conf_logit(confidence)
+        features[f"wconf_{suffix}"] = _conf_logit(_word_or_line(word_confidence, confidence))
     return features
 
 
@@ -192,6 +223,9 @@ def agreement_features(candidate: str, rereads: dict[str, Reading]) -> dict[str,
                 f"{reader}_exact": exact,
                 f"{reader}_exact_fold": float(_alnum(mine) == _alnum(other)),
                 f"{reader}_conf": _conf_logit(reading.confidence),
+                f"{reader}_wconf": _conf_logit(
+                    _word_or_line(reading.word_confidence, reading.confidence)
+                ),
             }
         )
         sims.append(sim)
@@ -228,7 +262,6 @@ def text_features(text: str, category: ir.Category) -> dict[str, float]:
     singles = sum(1 for w in words if len(w) == 1 and w not in {"a", "A", "I", "&", "-"})
     category = ir.Category(category)
     return {
-        "text_log_len": math.log1p(len(text)),
         "text_digit_share": sum(ch.isdigit() for ch in text) / n,
         "text_punct_share": punct / n,
         "text_nonascii_share": nonascii / n,
@@ -275,17 +308,23 @@ def unit_features(
     engine: str,
     confidence: float | None,
     rereads: dict[str, Reading],
+    word_confidence: float | None = None,
 ) -> np.ndarray:
     """All features of one unit, in FEATURE_NAMES order. `rereads`: the independent
     readings of the crop by reader name, their texts as the engines gave them."""
     shown = visible_text(text, category)
     values: dict[str, float] = {}
-    values.update(engine_features(engine, confidence))
+    values.update(engine_features(engine, confidence, word_confidence))
     values.update(
         agreement_features(
             shown,
             {
-                name: Reading(r.engine, visible_text(r.text, ir.Category.text), r.confidence)
+                name: Reading(
+                    r.engine,
+                    visible_text(r.text, ir.Category.text),
+                    r.confidence,
+                    r.word_confidence,
+                )
                 for name, r in rereads.items()
             },
         )

@@ -261,3 +261,32 @@ def test_synthetic_lines_are_seeded() -> None:
     b = synthetic_lines(3, seed=11)
     assert [x.truth for x in a] == [x.truth for x in b]
     assert all(x.image.tobytes() == y.image.tobytes() for x, y in zip(a, b, strict=True))
+
+
+def test_the_least_confident_word_is_a_feature_of_its_own() -> None:
+    from ocrfleet.scorers.features import engine_features, least_word_confidence
+
+    box = ir.BBox(x0=0, y0=0, x1=10, y1=10)
+    words = [
+        ir.Word(text="Total", bbox=box, confidence=0.99),
+        ir.Word(text="12,00", bbox=box, confidence=0.41),
+        ir.Word(text="guess", bbox=box, confidence=0.05, approximate=True),
+    ]
+    assert least_word_confidence(words) == 0.41  # placed words carry no confidence of their own
+    assert least_word_confidence([]) is None
+    with_words = engine_features("rapidocr", 0.97, 0.41)
+    assert with_words["wconf_rapidocr"] < with_words["conf_rapidocr"]
+    # without word confidences the column falls back to the line's
+    assert engine_features("rapidocr", 0.97)["wconf_rapidocr"] == with_words["conf_rapidocr"]
+    assert engine_features("minicpm", None, 0.5)["wconf_other"] == 0.0
+
+
+def test_a_doubtful_word_never_raises_the_score(scorer) -> None:
+    image, truth = _uw3(1)[0]
+    sure, doubtful = scorer.score(
+        [
+            unit(image, truth, engine="rapidocr", n=1, confidence=0.98, word_confidence=0.97),
+            unit(image, truth, engine="rapidocr", n=1, confidence=0.98, word_confidence=0.30),
+        ]
+    )
+    assert doubtful.score <= sure.score

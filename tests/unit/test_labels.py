@@ -30,3 +30,15 @@ def test_case_is_kept_unless_asked() -> None:
 def test_wrong_characters_stay_wrong() -> None:
     for candidate, truth in [("8.59", "8.29"), ("0.40", "0.4"), ("l00", "100"), ("", "x")]:
         assert not same_text(candidate, truth)
+
+
+def test_spacing_next_to_punctuation_is_not_significant() -> None:
+    assert same_text("TOTAL :", "TOTAL:")
+    assert same_text("Amt (RM)", "AMT(RM)", case_sensitive=False)
+    assert same_text("PAX NO: 4", "PAX NO:4")
+    assert not same_text("CASHIER ID", "CASHIERID")  # between two words it still counts
+    assert not same_text("TOTAL:", "TOTAL")  # and so does the punctuation itself
+
+
+def test_tex_quotes_are_double_quotes() -> None:
+    assert same_text("vised to convene a \u201cCPR summit.\u201d", "vised to convene a ``CPR summit.''")
