@@ -41,4 +41,4 @@ def test_spacing_next_to_punctuation_is_not_significant() -> None:
 
 
 def test_tex_quotes_are_double_quotes() -> None:
-    assert same_text("vised to convene a \u201cCPR summit.\u201d", "vised to convene a ``CPR summit.''")
+    assert same_text("a \u201cCPR summit.\u201d", "a ``CPR summit.''")
