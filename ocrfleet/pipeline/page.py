@@ -8,7 +8,7 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.pipeline.recognise import recognise
-from ocrfleet.pipeline.regions import detect_regions
+from ocrfleet.pipeline.regions import crop, detect_regions
 from ocrfleet.pipeline.review import decide, score_units
 from ocrfleet.toolkit import Toolkit
 
@@ -16,6 +16,12 @@ from ocrfleet.toolkit import Toolkit
 def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ir.PageResult:
     settings = toolkit.settings
     regions = detect_regions(image, toolkit.detector)
+    prefetch = getattr(toolkit.scorer, "prefetch", None)
+    if prefetch is not None:  # re-reads need only the pixels: they run while engines read
+        prefetch(
+            [crop(image, r.bbox) for r in regions if r.category.has_text],
+            [r.name for r in toolkit.recognisers],
+        )
     candidates = recognise(
         image,
         regions,

@@ -290,3 +290,33 @@ def test_a_doubtful_word_never_raises_the_score(scorer) -> None:
         ]
     )
     assert doubtful.score <= sure.score
+
+
+class _Counting:
+    """A real re-reader that counts the crops it is asked to read."""
+
+    def __init__(self, reader) -> None:
+        self.reader, self.name, self.version, self.crops = reader, reader.name, reader.version, 0
+
+    def recognise_words(self, crops):
+        self.crops += len(crops)
+        return self.reader.recognise_words(crops)
+
+    def recognise(self, crops):
+        return [(t, c) for t, c, _ in self.recognise_words(crops)]
+
+
+def test_prefetched_re_reads_are_the_ones_scoring_uses(readers) -> None:
+    lines = _uw3(3)
+    units = [unit(image, truth, engine="rapidocr", n=n, confidence=0.95) for n, (image, truth)
+             in enumerate(lines, start=1)]  # fmt: skip
+    plain = ConsensusScorer(SETTINGS, readers).score(units)
+    counting = [_Counting(r) for r in readers]
+    scorer = ConsensusScorer(SETTINGS, counting)
+    scorer.prefetch([image for image, _ in lines], ["rapidocr"])
+    prefetched = scorer.score(units)
+    assert [s.score for s in prefetched] == [s.score for s in plain]
+    by_name = {r.name: r for r in counting}
+    # tesseract read each crop once, in the background; RapidOCR, the page's own engine,
+    # was never asked to re-read
+    assert by_name["tesseract"].crops == len(lines) and by_name["rapidocr"].crops == 0
