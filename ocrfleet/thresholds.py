@@ -213,6 +213,7 @@ def load_dataset(path: Path) -> list[Example]:
                     region_number=line_no,
                     engine=str(record.get("engine", "dataset")),
                     confidence=record.get("confidence"),
+                    word_confidence=record.get("word_confidence"),
                 )
             except (KeyError, ValueError, OSError) as error:
                 raise ValueError(f"{path}:{line_no}: bad example: {error}") from error
