@@ -1,5 +1,6 @@
 """documents.tenant, from meta's "tenant": a document is unique per (sha256, run, tenant),
-so the same file from two tenants is two documents
+so the same file from two tenants is two documents; a tenant's documents are indexed in id
+order
 
 Revision ID: 0006
 Revises: 0005
@@ -48,6 +49,7 @@ def upgrade() -> None:
     _legacy_alter_table(False)
     # Rows were unique on (sha256, run_id) until now, so the backfill cannot collide.
     op.execute(BACKFILL[op.get_context().dialect.name])
+    op.create_index("ix_documents_tenant_id", "documents", ["tenant", "id"])
 
 
 def downgrade() -> None:
@@ -59,6 +61,7 @@ def downgrade() -> None:
             f"{shared} content(s) are documents of more than one tenant; 0005 allows one "
             "document per (sha256, run_id): delete the extra documents first"
         )
+    op.drop_index("ix_documents_tenant_id", table_name="documents")
     _legacy_alter_table(True)
     with op.batch_alter_table("documents") as batch:
         batch.drop_constraint(op.f("uq_documents_sha256_run_id_tenant"), type_="unique")

@@ -13,6 +13,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -80,6 +81,8 @@ class Document(Base):
     __tablename__ = "documents"
     __table_args__ = (
         UniqueConstraint(*DOCUMENT_KEY),
+        # A tenant's documents in id order: the API's listing and the review app's filter.
+        Index("ix_documents_tenant_id", "tenant", "id"),
         CheckConstraint(
             "status in ('pending','processing','done','partial','rejected','failed','reviewed',"
             "'cancelled')",
