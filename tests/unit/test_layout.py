@@ -7,7 +7,7 @@ import pytest
 from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.engines import load_detector, load_recognisers
-from ocrfleet.engines.layout import Block, LayoutDetector, build_regions
+from ocrfleet.engines.layout import Block, LayoutDetector, build_regions, resolve_overlaps
 from ocrfleet.pipeline.recognise import READ_AS_LINES, recognise
 from ocrfleet.pipeline.regions import detect_regions
 from ocrfleet.pipeline.review import decide
@@ -62,6 +62,54 @@ def test_blocks_order_columns_and_keep_figures_and_loose_lines():
     assert regions[6].lines == []
     # A table's lines read row by row: both cells of the first row before the second row.
     assert [(b.y0, b.x0) for b in regions[7].lines] == [(770, 10), (770, 600), (820, 10)]
+
+
+def test_columns_around_a_photo_read_down_the_left_column_first():
+    # UNLV 8087's layout: two wide blocks on top, narrow columns either side of a photo
+    # below them (no clean vertical cut: the photo spans the gutter), then wide blocks again.
+    T = ir.Category.text
+    blocks = {
+        "top left": Block(T, box(270, 590, 1245, 980), 0.9),
+        "top right": Block(T, box(1300, 600, 2275, 985), 0.9),
+        "narrow left": Block(T, box(273, 985, 805, 2370), 0.9),
+        "photo": Block(ir.Category.figure, box(855, 1010, 1690, 2290), 0.9),
+        "narrow right": Block(T, box(1740, 990, 2275, 2325), 0.9),
+        "bottom left": Block(T, box(271, 2400, 1245, 3145), 0.9),
+        "bottom right": Block(T, box(1300, 2400, 2275, 3145), 0.9),
+    }
+    lines = [
+        line(b.bbox.x0 + 5, y, b.bbox.x1 - 5, y + 40)
+        for name, b in blocks.items()
+        if name != "photo"
+        for y in (b.bbox.y0 + 5, b.bbox.y1 - 45)
+    ]
+    regions = build_regions(list(blocks.values()), lines)
+    by_block: dict[int, str] = {}
+    for r in regions:
+        for name, b in blocks.items():
+            inside = b.bbox.x0 <= r.bbox.x0 and r.bbox.x1 <= b.bbox.x1
+            if inside and b.bbox.y0 <= r.bbox.y0 < b.bbox.y1:
+                by_block.setdefault(r.block, name)
+    assert [by_block[n] for n in sorted(by_block)] == [
+        "top left",
+        "narrow left",
+        "bottom left",
+        "top right",
+        "photo",
+        "narrow right",
+        "bottom right",
+    ]
+
+
+def test_a_block_nested_in_a_block_of_its_class_is_one_block():
+    letter = Block(ir.Category.text, box(206, 205, 1366, 1014), 0.63)
+    address = Block(ir.Category.text, box(206, 478, 664, 608), 0.69)  # scored higher
+    table = Block(ir.Category.table, box(300, 700, 900, 900), 0.8)
+    kept = resolve_overlaps([letter, address, table])
+    assert sorted((b.category.value, b.bbox.as_tuple()) for b in kept) == [
+        ("table", (300, 700, 900, 900)),
+        ("text", (206, 205, 1366, 1014)),
+    ]
 
 
 @pytest.fixture(scope="module")
