@@ -286,13 +286,12 @@ def build_regions(
 
 
 def _block_order(
-    boxes: list[ir.BBox], line_height: float | None, has_text: list[bool] | None = None
+    boxes: list[ir.BBox], line_height: float | None, has_text: list[bool]
 ) -> list[int]:
     """Rows of blocks split at wide whitespace (ROW_GAP lines) top to bottom, each row's
     text blocks in flow order (`flow_order`), each figure after its anchor."""
     if not boxes or line_height is None:
         return reading_order(boxes, line_height=line_height)
-    has_text = [True] * len(boxes) if has_text is None else has_text
     rows: list[list[int]] = []
     bottom = None
     for i in sorted(range(len(boxes)), key=lambda i: (boxes[i].y0, boxes[i].x0)):
@@ -303,8 +302,12 @@ def _block_order(
     order: list[int] = []
     for row in rows:
         texts = [i for i in row if has_text[i]]
-        by = flow_order if len(texts) <= FLOW_MAX_BLOCKS else _cut_order
-        placed = [texts[k] for k in by([boxes[i] for i in texts], line_height)]
+        text_boxes = [boxes[i] for i in texts]
+        if len(texts) <= FLOW_MAX_BLOCKS:
+            flow = flow_order(text_boxes, line_height)
+        else:
+            flow = reading_order(text_boxes, line_height=line_height)
+        placed = [texts[k] for k in flow]
         for figure in sorted((i for i in row if not has_text[i]), key=lambda i: boxes[i].y0):
             anchors = [
                 n for n, i in enumerate(placed) if _above_overlapping(boxes[i], boxes[figure])
@@ -316,10 +319,6 @@ def _block_order(
 
 def _top_left(block: Block) -> tuple[int, int]:
     return block.bbox.y0, block.bbox.x0
-
-
-def _cut_order(boxes: Sequence[ir.BBox], line_height: float) -> list[int]:
-    return reading_order(boxes, line_height=line_height)
 
 
 def _stacked(a: ir.BBox, b: ir.BBox, slack: float) -> bool:

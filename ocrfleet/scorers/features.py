@@ -50,16 +50,15 @@ from ocrfleet.scorers.render.table import parse_table
 CONFIDENCE_ENGINES = ("rapidocr", "tesseract")
 READERS = CONFIDENCE_ENGINES
 _READER_COLUMNS = ("missing", "sim", "exact", "exact_fold", "conf", "wconf")
+# The candidate's own confidence and its least confident word's, per known engine and other.
+_ENGINE_CONFIDENCES = tuple(
+    f"{kind}_{engine}" for kind in ("conf", "wconf") for engine in (*CONFIDENCE_ENGINES, "other")
+)
 
 FEATURE_NAMES: tuple[str, ...] = (
     # the candidate engine's confidence
     "conf_missing",
-    "conf_rapidocr",
-    "conf_tesseract",
-    "conf_other",
-    "wconf_rapidocr",
-    "wconf_tesseract",
-    "wconf_other",
+    *_ENGINE_CONFIDENCES,
     # each independent re-read
     *(f"{reader}_{column}" for reader in READERS for column in _READER_COLUMNS),
     # all re-reads together
@@ -89,12 +88,7 @@ FEATURE_NAMES: tuple[str, ...] = (
 
 # Features whose larger values can only mean "more likely right" (monotone in the fit).
 INCREASING: tuple[str, ...] = (
-    "conf_rapidocr",
-    "conf_tesseract",
-    "conf_other",
-    "wconf_rapidocr",
-    "wconf_tesseract",
-    "wconf_other",
+    *_ENGINE_CONFIDENCES,
     *(f"{reader}_{column}" for reader in READERS for column in ("sim", "exact", "exact_fold")),
     "reread_max_sim",
     "reread_min_sim",
