@@ -37,9 +37,15 @@ class Category(StrEnum):
 
 class Verdict(StrEnum):
     scored = "scored"
+    # The score is an upper bound, taken before the re-reads that would refine it: no
+    # re-read could lift it to the threshold that decides the region, so none was made.
+    bounded = "bounded"
     precheck_failed = "precheck_failed"
     render_failed = "render_failed"
     forward_failed = "forward_failed"
+
+
+SCORING_VERDICTS = frozenset({Verdict.scored, Verdict.bounded})
 
 
 class DocumentStatus(StrEnum):
@@ -171,7 +177,8 @@ class Candidate(_Model):
 
 
 class Score(_Model):
-    """A scorer's judgement of one candidate. Only `verdict == scored` carries a score."""
+    """A scorer's judgement of one candidate. Only a `scored` or `bounded` verdict carries
+    a score."""
 
     region_number: int = Field(ge=1)
     engine: str
@@ -183,8 +190,8 @@ class Score(_Model):
 
     @model_validator(mode="after")
     def _score_iff_scored(self) -> Score:
-        if (self.verdict == Verdict.scored) != (self.score is not None):
-            raise ValueError("a score is present exactly when the verdict is 'scored'")
+        if (self.verdict in SCORING_VERDICTS) != (self.score is not None):
+            raise ValueError("a score is present exactly when the verdict is 'scored' or 'bounded'")
         return self
 
 

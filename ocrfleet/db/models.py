@@ -182,10 +182,12 @@ class Score(Base):
     __table_args__ = (
         UniqueConstraint("candidate_id", "scorer"),
         CheckConstraint(
-            "verdict in ('scored','precheck_failed','render_failed','forward_failed')",
+            "verdict in ('scored','bounded','precheck_failed','render_failed','forward_failed')",
             name="verdict",
         ),
-        CheckConstraint("(verdict = 'scored') = (score IS NOT NULL)", name="score_iff_scored"),
+        CheckConstraint(
+            "(verdict in ('scored','bounded')) = (score IS NOT NULL)", name="score_iff_scored"
+        ),
     )
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
@@ -243,9 +245,7 @@ class Review(Base):
         CheckConstraint("action in ('accept','correct','unreadable','skip')", name="action"),
     )
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
-    region_id: Mapped[int] = mapped_column(
-        ForeignKey("regions.id", ondelete="CASCADE"), index=True
-    )
+    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"), index=True)
     flag_id: Mapped[int | None] = mapped_column(
         ForeignKey("review_flags.id", ondelete="SET NULL"), index=True
     )

@@ -8,20 +8,14 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.pipeline.recognise import recognise
-from ocrfleet.pipeline.regions import crop, detect_regions
-from ocrfleet.pipeline.review import decide, score_units
+from ocrfleet.pipeline.regions import detect_regions
+from ocrfleet.pipeline.review import decide, policy_for, score_units
 from ocrfleet.toolkit import Toolkit
 
 
 def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ir.PageResult:
     settings = toolkit.settings
     regions = detect_regions(image, toolkit.detector)
-    prefetch = getattr(toolkit.scorer, "prefetch", None)
-    if prefetch is not None:  # re-reads need only the pixels: they run while engines read
-        prefetch(
-            [crop(image, r.bbox) for r in regions if r.category.has_text],
-            [r.name for r in toolkit.recognisers],
-        )
     candidates = recognise(
         image,
         regions,
@@ -29,8 +23,9 @@ def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ir.
         mode=settings.engine_mode,
         timeout_s=settings.engine_timeout_s,
     )
-    scores = score_units(image, regions, candidates, toolkit.scorer)
-    decisions = decide(regions, candidates, scores, settings)
+    policy = policy_for(settings)
+    scores = score_units(image, regions, candidates, toolkit.scorer, policy)
+    decisions = decide(regions, candidates, scores, settings, policy)
     return ir.PageResult(
         page_number=page_number,
         regions=regions,

@@ -75,11 +75,14 @@ def score_units(
     regions: Sequence[ir.Region],
     candidates: Sequence[ir.Candidate],
     scorer: Scorer,
+    policy: Policy | None = None,
 ) -> list[ir.Score]:
     """Score every non-error candidate in one batched call.
 
     Candidates of one region share one crop (same bounds), so their scores compare.
-    Error candidates get no unit: `decide` routes them by their error.
+    Error candidates get no unit: `decide` routes them by their error. Given the `policy`
+    that will decide the regions, a scorer that can (`score_against`) skips the work that
+    cannot change a decision.
     """
     by_number = {region.number: region for region in regions}
     crops: dict[int, Image.Image] = {}
@@ -108,7 +111,10 @@ def score_units(
         )
     if not units:
         return []
-    return scorer.score(units)
+    score_against = getattr(scorer, "score_against", None)
+    if policy is None or score_against is None:
+        return scorer.score(units)
+    return score_against(units, lambda unit: policy.threshold(unit.engine, unit.category))
 
 
 def decide(
@@ -181,7 +187,7 @@ def _decide_region(
     scored: list[tuple[float, ir.Candidate]] = []
     for candidate in readable:
         score = score_of.get((region.number, candidate.engine))
-        if score is not None and score.verdict == ir.Verdict.scored and score.score is not None:
+        if score is not None and score.verdict in ir.SCORING_VERDICTS and score.score is not None:
             scored.append((score.score, candidate))
     if not scored:
         first = score_of.get((region.number, readable[0].engine))

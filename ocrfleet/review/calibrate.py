@@ -25,7 +25,9 @@ class Proposal:
 
 
 def labelled(regions: Sequence[ReviewedRegion]) -> tuple[list[bool], list[float | None]]:
-    """(label, score) of each region's chosen candidate; an unscored one has no score."""
+    """(label, score) of each region's chosen candidate; an unscored one has no score, and
+    neither has a `bounded` one (its score is only a ceiling, so no threshold is known to
+    accept it)."""
     labels: list[bool] = []
     scores: list[float | None] = []
     for region in regions:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +38,7 @@ from ocrfleet.scorers.features import (
     FEATURE_NAMES,
     Reading,
     least_word_confidence,
+    optimistic,
     rereads_for,
     unit_features,
 )
@@ -158,52 +159,13 @@ class ConsensusFeatures:
     engine reads its crop (tesseract for a RapidOCR candidate, RapidOCR for a tesseract one,
     both for any other engine's). All crops one reader needs in a batch are read in one
     call; when another unit of the batch already is that reader's reading of the same
-    pixels, that reading is reused instead of reading again.
-
-    `prefetch` starts the re-reads of a page's crops in a background thread before the
-    candidates exist: a re-read needs only the pixels, so tesseract (its own process) reads
-    while the page's engine recognises, instead of after it."""
+    pixels, that reading is reused instead of reading again."""
 
     def __init__(self, settings: Settings, readers: Sequence[Recogniser]) -> None:
         if not readers:
             raise ValueError("the consensus scorer needs at least one re-reader")
         self.settings = settings
         self.readers = list(readers)
-        self._executor: ThreadPoolExecutor | None = None  # made on first use: after a fork
-        self._prefetched: dict[str, Future[dict[tuple[str, str], Reading]]] = {}
-
-    def prefetch(self, crops: Sequence[Image.Image], engines: Sequence[str]) -> None:
-        """Start reading `crops` with every re-reader the candidates of `engines` will need,
-        except a reader that is one of `engines` (it is busy reading these crops itself).
-        `compute` takes the readings; a failed prefetch only means reading then."""
-        wanted = {reader for engine in engines for reader in rereads_for(engine)}
-        by_key = {_crop_key(c): c for c in crops if c.width and c.height}
-        self._prefetched.clear()
-        for reader in self.readers:
-            if reader.name in wanted and reader.name not in engines and by_key:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="ocrfleet-reread")
-                self._prefetched[reader.name] = self._executor.submit(
-                    self._read_into_new, reader, by_key
-                )
-
-    def _read_into_new(
-        self, reader: Recogniser, crops: dict[str, Image.Image]
-    ) -> dict[tuple[str, str], Reading]:
-        known: dict[tuple[str, str], Reading] = {}
-        self._read(reader, crops, known)
-        return known
-
-    def _take_prefetched(self, known: dict[tuple[str, str], Reading]) -> None:
-        """The background readings, where they succeeded (failed crops are read again)."""
-        pending, self._prefetched = self._prefetched, {}
-        for future in pending.values():
-            try:
-                readings = future.result()
-            except Exception:  # noqa: BLE001 - read in the foreground instead
-                continue
-            for key, reading in readings.items():
-                known.setdefault(key, reading)
 
     def compute(
         self, units: Sequence[Unit], rereads: Sequence[dict[str, Reading]] | None = None
@@ -271,7 +233,6 @@ class ConsensusFeatures:
                     (keys[i], unit.engine),
                     Reading(unit.engine, unit.text, unit.confidence, unit.word_confidence),
                 )
-        self._take_prefetched(known)
         readings: dict[int, dict[str, Reading]] = {i: {} for i in wanted}
         errors: dict[int, str] = {}
         for reader in self.readers:
@@ -336,10 +297,46 @@ class ConsensusScorer:
             self.calibration.sha256, [(r.name, r.version) for r in self.features.readers]
         )
 
-    def prefetch(self, crops: Sequence[Image.Image], engines: Sequence[str]) -> None:
-        """Start the re-reads of a page's crops while its engines read them (see
-        `ConsensusFeatures.prefetch`)."""
-        self.features.prefetch(crops, engines)
+    def score_against(
+        self, units: list[Unit], threshold: Callable[[Unit], float | None]
+    ) -> list[ir.Score]:
+        """`score`, without the re-reads that cannot change a decision: a unit that is its
+        region's only candidate, and whose best possible score (every re-read agreeing with
+        it, `features.optimistic`) stays under `threshold(unit)` or has no threshold, is
+        flagged whatever its re-reads say. It is not re-read; its verdict is `bounded` and
+        its score that bound. On clean pages most regions are of that kind, and their
+        re-reads were most of the scorer's time."""
+        first = self.features.compute(units, [{} for _ in units])
+        per_region = Counter(unit.region_number for unit in units)
+        sole = [
+            i
+            for i, value in enumerate(first)
+            if isinstance(value, np.ndarray) and per_region[units[i].region_number] == 1
+        ]
+        bounds: dict[int, float] = {}
+        if sole:
+            rows, free = zip(*(optimistic(first[i], units[i].engine) for i in sole), strict=True)
+            upper = self.calibration.calibration(
+                self.calibration.trees.upper_raw(np.vstack(rows), np.vstack(free))
+            )
+            for i, bound in zip(sole, upper, strict=True):
+                limit = threshold(units[i])
+                if math.isfinite(bound) and (limit is None or bound < limit):
+                    bounds[i] = float(bound)
+        rest = [
+            i for i, value in enumerate(first) if i not in bounds and isinstance(value, np.ndarray)
+        ]
+        exact = dict(zip(rest, self.score([units[i] for i in rest]), strict=True))
+        scores = []
+        for i, (unit, value) in enumerate(zip(units, first, strict=True)):
+            if i in exact:
+                scores.append(exact[i])
+            elif i in bounds:
+                scores.append(judgement(self, unit, ir.Verdict.bounded, score=bounds[i]))
+            else:
+                assert isinstance(value, Failure)
+                scores.append(judgement(self, unit, value.verdict, error=value.error))
+        return scores
 
     def score(self, units: list[Unit]) -> list[ir.Score]:
         computed = self.features.compute(units)

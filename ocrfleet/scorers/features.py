@@ -111,9 +111,7 @@ class Reading:
 def least_word_confidence(words: Sequence[ir.Word] | None) -> float | None:
     """The lowest confidence among the words an engine placed itself (approximate words
     carry no confidence of their own); None when there is none."""
-    values = [
-        w.confidence for w in words or () if w.confidence is not None and not w.approximate
-    ]
+    values = [w.confidence for w in words or () if w.confidence is not None and not w.approximate]
     return min(values) if values else None
 
 
@@ -243,6 +241,37 @@ def agreement_features(candidate: str, rereads: dict[str, Reading]) -> dict[str,
         ),
     )
     return features
+
+
+def optimistic(vector: np.ndarray, engine: str) -> tuple[np.ndarray, np.ndarray]:
+    """A candidate's features before its re-reads, with every re-read agreeing: `vector`
+    (computed with no re-reads) with each reader that would re-read it present and its
+    `INCREASING` agreement columns at their largest, and the mask of the columns whose
+    most favourable value is unknown (a reader's confidence, the length ratio, whether
+    two re-reads agree). The trees' `upper_raw` over that row bounds the score any re-read
+    could give the candidate: monotone constraints make larger increasing values never
+    lower it."""
+    index = {name: i for i, name in enumerate(FEATURE_NAMES)}
+    row = np.array(vector, dtype=np.float64)
+    free = np.zeros(len(FEATURE_NAMES), dtype=bool)
+    readers = rereads_for(engine)
+    for reader in readers:
+        row[index[f"{reader}_missing"]] = 0.0
+        for column in ("sim", "exact", "exact_fold"):
+            row[index[f"{reader}_{column}"]] = 1.0
+        free[index[f"{reader}_conf"]] = free[index[f"{reader}_wconf"]] = True
+    row[index["reread_count"]] = float(len(readers))
+    for name in (
+        "reread_max_sim",
+        "reread_min_sim",
+        "reread_all_exact",
+        "agree_word_share",
+        "agree_digits_equal",
+    ):
+        row[index[name]] = 1.0
+    free[index["agree_len_logratio"]] = True
+    free[index["rereads_agree"]] = len(readers) > 1
+    return row, free
 
 
 def text_features(text: str, category: ir.Category) -> dict[str, float]:

@@ -46,6 +46,38 @@ class Trees:
             node = np.where(leaf, node, np.where(go_left, self.left[node], self.right[node]))
         return self.baseline + self.value[node].sum(axis=1)
 
+    def upper_raw(self, x: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """The highest log-odds any row of `x` can reach when the features marked in `free`
+        (bool, per feature or per row and feature) may take any value, NaN included: where
+        a node splits on a free feature, its best is the better child's. The others decide
+        as in `raw`, so with nothing free this is `raw`. Exact per tree, summed over trees:
+        an upper bound."""
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        free = np.broadcast_to(np.asarray(free, dtype=bool), x.shape)
+        leaves = np.where(self.is_leaf, self.value, -np.inf)
+        best = np.broadcast_to(leaves, (x.shape[0], leaves.size)).copy()
+        for nodes in reversed(self._inner_by_level()):
+            left, right, feature = self.left[nodes], self.right[nodes], self.feature[nodes]
+            values = x[:, feature]
+            go_left = np.where(
+                np.isnan(values), self.missing_left[nodes], values <= self.threshold[nodes]
+            )
+            follow = np.where(go_left, best[:, left], best[:, right])
+            either = np.maximum(best[:, left], best[:, right])
+            best[:, nodes] = np.where(free[:, feature], either, follow)
+        return self.baseline + best[:, self.roots].sum(axis=1)
+
+    def _inner_by_level(self) -> list[np.ndarray]:
+        """Inner nodes grouped by depth from their tree's root (root level first)."""
+        levels: list[np.ndarray] = []
+        current = self.roots
+        while current.size:
+            inner = current[~self.is_leaf[current]]
+            if inner.size:
+                levels.append(inner)
+            current = np.concatenate([self.left[inner], self.right[inner]])
+        return levels
+
     def to_json(self) -> dict[str, Any]:
         return {
             "baseline": _num(self.baseline),

@@ -241,7 +241,7 @@ def test_0006_takes_the_tenant_from_meta_and_downgrades_only_without_shared_cont
                 )
             )
     dispose_engines()
-    migrate.upgrade(db_url)
+    migrate.upgrade(db_url, "0006")
     with session_scope(db_url) as session:
         assert session.execute(
             select(Document.sha256, Document.tenant, Document.status).order_by(Document.sha256)
@@ -268,6 +268,42 @@ def test_0006_takes_the_tenant_from_meta_and_downgrades_only_without_shared_cont
     assert [u["column_names"] for u in inspector.get_unique_constraints("documents")] == [
         ["sha256", "run_id"]
     ]
+    dispose_engines()
+
+
+def test_0007_downgrades_only_without_bounded_scores(url: str) -> None:
+    page_id = add_page(url)
+    with session_scope(url) as session:
+        save_page_result(session, page_id, full_result())
+        candidate_id = session.scalars(select(Candidate.id).limit(1)).one()
+        upsert(
+            session,
+            Score,
+            {
+                "candidate_id": candidate_id,
+                "scorer": "bound",
+                "scorer_version": "1",
+                "verdict": "bounded",
+                "score": 0.4,
+            },
+            key=["candidate_id", "scorer"],
+        )
+    dispose_engines()
+    with pytest.raises(RuntimeError, match="bounds"):
+        migrate.downgrade(url, "0006")
+    dispose_engines()
+    with session_scope(url) as session:
+        session.execute(text("DELETE FROM scores WHERE verdict = 'bounded'"))
+    dispose_engines()
+    migrate.downgrade(url, "0006")
+    dispose_engines()
+    with pytest.raises(IntegrityError, match="verdict"), session_scope(url) as session:
+        session.execute(
+            text(
+                "INSERT INTO scores (candidate_id, scorer, scorer_version, verdict, score) "
+                f"VALUES ({candidate_id}, 'bound', '1', 'bounded', 0.4)"
+            )
+        )
     dispose_engines()
 
 
@@ -469,6 +505,7 @@ def test_check_constraint_ties_score_to_verdict(url: str) -> None:
         candidate_id = session.scalars(select(Candidate.id).limit(1)).one()
     bad = [
         {"verdict": "scored", "score": None},
+        {"verdict": "bounded", "score": None},
         {"verdict": "forward_failed", "score": 0.7},
     ]
     for fields in bad:

@@ -22,7 +22,7 @@ from ocrfleet.scorers.consensus import (
     ConsensusScorer,
     load_calibration,
 )
-from ocrfleet.scorers.features import FEATURE_NAMES, rereads_for
+from ocrfleet.scorers.features import FEATURE_NAMES, INCREASING, rereads_for
 from tests.conftest import REALDOCS
 
 UW3 = REALDOCS / "uw3_500_ocropy" / "lines"
@@ -248,8 +248,14 @@ def real_rows(n: int):
     reads = {r.name: read_all(r, images) for r in second_readers(SETTINGS)}
     return [
         RealRow(
-            "uw3", png.stem[:4], png.stem, "gt", str(png), None,
-            png.with_suffix("").with_suffix(".gt.txt").read_text().strip(), True,
+            "uw3",
+            png.stem[:4],
+            png.stem,
+            "gt",
+            str(png),
+            None,
+            png.with_suffix("").with_suffix(".gt.txt").read_text().strip(),
+            True,
             {name: values[k] for name, values in reads.items()},
         )  # fmt: skip
         for k, png in enumerate(pngs)
@@ -306,17 +312,68 @@ class _Counting:
         return [(t, c) for t, c, _ in self.recognise_words(crops)]
 
 
-def test_prefetched_re_reads_are_the_ones_scoring_uses(readers) -> None:
-    lines = _uw3(3)
-    units = [unit(image, truth, engine="rapidocr", n=n, confidence=0.95) for n, (image, truth)
-             in enumerate(lines, start=1)]  # fmt: skip
-    plain = ConsensusScorer(SETTINGS, readers).score(units)
+def test_a_bounded_unit_is_not_re_read_and_its_bound_holds(readers) -> None:
+    lines = _uw3(6)
+    # the same real lines as RapidOCR candidates the engine doubted and ones it was sure of
+    units = [
+        unit(image, truth, engine="rapidocr", n=n, confidence=conf, word_confidence=conf)
+        for n, ((image, truth), conf) in enumerate(
+            ((line, conf) for line in lines for conf in (0.55, 0.9999)), start=1
+        )
+    ]
+    exact = ConsensusScorer(SETTINGS, readers).score(units)
     counting = [_Counting(r) for r in readers]
     scorer = ConsensusScorer(SETTINGS, counting)
-    scorer.prefetch([image for image, _ in lines], ["rapidocr"])
-    prefetched = scorer.score(units)
-    assert [s.score for s in prefetched] == [s.score for s in plain]
+    threshold = scorer.calibration.threshold("rapidocr", "text")
+    screened = scorer.score_against(units, lambda u: threshold)
+    bounded = [s.verdict == ir.Verdict.bounded for s in screened]
+    assert any(bounded) and not all(bounded)
+    for e, s in zip(exact, screened, strict=True):
+        if s.verdict == ir.Verdict.bounded:  # flagged with or without its re-read
+            assert e.score <= s.score < threshold
+        else:  # re-read: the very score `score` gives
+            assert s == e
     by_name = {r.name: r for r in counting}
-    # tesseract read each crop once, in the background; RapidOCR, the page's own engine,
-    # was never asked to re-read
-    assert by_name["tesseract"].crops == len(lines) and by_name["rapidocr"].crops == 0
+    assert by_name["tesseract"].crops == bounded.count(False)
+    assert by_name["rapidocr"].crops == 0  # RapidOCR's own candidates are not re-read by it
+
+
+def test_uncalibrated_kinds_and_shared_regions_are_screened_accordingly(readers) -> None:
+    (image, truth), (image2, truth2) = _uw3(2)
+    scorer = ConsensusScorer(SETTINGS, readers)
+    alone = unit(image, truth, engine="rapidocr", n=1, confidence=0.9999)
+    shared = [
+        unit(image2, truth2, engine="rapidocr", n=2, confidence=0.55),
+        unit(image2, truth2, engine="minicpm", n=2),
+    ]
+    scores = scorer.score_against([alone, *shared], lambda u: None)
+    # no threshold: flagged `uncalibrated` whatever the re-read says, so it is not re-read;
+    # a region with two candidates is re-read whatever: best-of-N compares exact scores
+    assert [s.verdict for s in scores] == [ir.Verdict.bounded, ir.Verdict.scored, ir.Verdict.scored]
+
+
+def test_the_trees_bound_every_value_a_free_feature_can_take() -> None:
+    trees = load_calibration(WEIGHTS_PATH).trees
+    rng = np.random.default_rng(5)
+    x = rng.normal(scale=2.0, size=(300, len(FEATURE_NAMES)))
+    assert np.allclose(trees.upper_raw(x, np.zeros(len(FEATURE_NAMES), dtype=bool)), trees.raw(x))
+    free = rng.random((300, len(FEATURE_NAMES))) < 0.3
+    upper = trees.upper_raw(x, free)
+    for draw in range(20):
+        other = np.where(free, rng.normal(scale=3.0, size=x.shape), x)
+        if draw % 5 == 0:
+            other[free & (rng.random(x.shape) < 0.3)] = np.nan
+        assert (trees.raw(other) <= upper + 1e-9).all()
+
+
+def test_the_shipped_trees_are_monotone_where_the_bound_needs_it() -> None:
+    """`features.optimistic` sets the increasing features to their largest value: valid only
+    while raising one never lowers the score."""
+    trees = load_calibration(WEIGHTS_PATH).trees
+    rng = np.random.default_rng(9)
+    x = rng.normal(scale=2.0, size=(300, len(FEATURE_NAMES)))
+    for name in INCREASING:
+        column = FEATURE_NAMES.index(name)
+        higher = x.copy()
+        higher[:, column] += rng.random(300) * 3
+        assert (trees.raw(higher) >= trees.raw(x) - 1e-9).all(), name
