@@ -24,7 +24,7 @@ from ocrfleet.config import Settings  # noqa: E402
 from ocrfleet.pipeline.images import load_image  # noqa: E402
 from ocrfleet.pipeline.recognise import recognise  # noqa: E402
 from ocrfleet.pipeline.regions import detect_regions  # noqa: E402
-from ocrfleet.pipeline.review import score_units  # noqa: E402
+from ocrfleet.pipeline.review import policy_for, score_units  # noqa: E402
 from ocrfleet.toolkit import load_toolkit  # noqa: E402
 
 
@@ -36,8 +36,10 @@ def main() -> None:
 
     settings = Settings()
     toolkit = load_toolkit(settings)
+    policy = policy_for(settings)
     bare = RapidOCR()
     totals = np.zeros(4)
+    units = bounded = 0
     for number, data in enumerate(real_pages(settings, args.pages), start=1):
         page = load_image(data)
         started = time.perf_counter()
@@ -47,9 +49,11 @@ def main() -> None:
         marks.append(time.perf_counter())
         candidates = recognise(page, regions, toolkit.recognisers)
         marks.append(time.perf_counter())
-        score_units(page, regions, candidates, toolkit.scorer)
+        scores = score_units(page, regions, candidates, toolkit.scorer, policy)
         marks.append(time.perf_counter())
         times = np.diff([started, *marks])
+        units += len(scores)
+        bounded += sum(score.verdict == "bounded" for score in scores)
         totals += times
         print(
             f"page {number}: {len(regions)} regions, bare {times[0]:.2f} s, detect "
@@ -57,6 +61,7 @@ def main() -> None:
         )
     ours = totals[1:].sum()
     print(f"bare rapidocr: {totals[0]:.1f} s; ocrfleet stages: {ours:.1f} s")
+    print(f"units scored: {units}, bounded without a re-read: {bounded}")
     print(
         f"share of page time: detect {totals[1] / ours:.2f} recognise {totals[2] / ours:.2f} "
         f"score {totals[3] / ours:.2f}"

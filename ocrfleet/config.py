@@ -76,7 +76,11 @@ class Settings(BaseSettings):
     worker_max_tasks: int = Field(500, ge=1)
     worker_max_memory_mb: int = Field(8192, ge=64)
     onnx_threads: int | None = Field(
-        None, ge=1, description="onnxruntime intra-op threads for RapidOCR; unset: its default"
+        None,
+        ge=1,
+        description="CPU threads one engine call may use: onnxruntime intra-op threads for "
+        "RapidOCR, concurrent tesseract processes for tesseract; unset: onnxruntime's "
+        "default, and for tesseract the CPUs this process may use",
     )
 
     # Layout, MiniCPM-OCR and the engine chain (issue 10). All enter run_id.

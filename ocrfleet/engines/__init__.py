@@ -61,7 +61,7 @@ def _load_recogniser(name: str, settings: Settings) -> Recogniser:
     if name == "tesseract":
         from ocrfleet.engines.tesseract import TesseractRecogniser
 
-        return TesseractRecogniser(lang=settings.tesseract_lang)
+        return TesseractRecogniser(lang=settings.tesseract_lang, processes=settings.onnx_threads)
     if name == "minicpm":
         from ocrfleet.engines.minicpm import MiniCPMRecogniser
 

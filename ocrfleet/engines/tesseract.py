@@ -1,10 +1,14 @@
-"""Tesseract as a line recogniser (`--psm 7`), one tesseract process per batch.
+"""Tesseract as a line recogniser (`--psm 7`): a batch is split over a few tesseract
+processes, one per CPU of the thread budget, each reading its share from a list file.
 
 The binary is run directly rather than through pytesseract for two reasons: pytesseract
 hands its subprocess the process-wide `os.environ`, so `OMP_THREAD_LIMIT=1` (tesseract's
 OpenMP otherwise oversubscribes shared cores) could only be set for the whole worker,
 where it would also throttle torch's OpenMP; and tesseract reads a whole batch from a list
-file in one process, which saves loading the language model once per crop.
+file in one process, which saves loading the language model once per crop. One process
+reads on one core: with `OMP_THREAD_LIMIT=1` a single process left every other core of the
+budget idle while the page waited for its re-reads. Each crop is read on its own (`--psm
+7`, the LSTM engine keeps no state between images), so the split changes no reading.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from PIL import Image
@@ -24,6 +29,9 @@ from ocrfleet import ir
 PSM_SINGLE_LINE = 7
 _TIMEOUT_BASE_S = 60
 _TIMEOUT_PER_CROP_S = 10
+# A process costs about 0.1 s to start (loading the model): fewer crops than this per
+# process are not worth another one.
+_MIN_CROPS_PER_PROCESS = 4
 
 
 def _run(
@@ -81,15 +89,25 @@ def tesseract_version(lang: str = "eng", cmd: str = "tesseract") -> str:
     return _probe(cmd, lang)[1]
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class TesseractRecogniser:
     """Reads each crop as one text line; confidence = mean word confidence / 100, None when
-    tesseract finds no word."""
+    tesseract finds no word. A batch runs on up to `processes` tesseract processes at once
+    (default: the CPUs this process may use)."""
 
     name = "tesseract"
 
-    def __init__(self, lang: str = "eng", cmd: str = "tesseract") -> None:
+    def __init__(self, lang: str = "eng", cmd: str = "tesseract", processes: int | None = None):
         self._binary, self.version = _probe(cmd, lang)
         self.lang = lang
+        self.processes = max(1, processes or available_cpus())
 
     def recognise(self, crops: list[Image.Image]) -> list[tuple[str, float | None]]:
         return [(text, confidence) for text, confidence, _ in self.recognise_words(crops)]
@@ -102,23 +120,51 @@ class TesseractRecogniser:
         for crop in crops:
             if crop.width == 0 or crop.height == 0:
                 raise ValueError(f"empty image {crop.width}x{crop.height}: nothing to read")
+        shares = _shares([crop.width * crop.height for crop in crops], self.processes)
         with tempfile.TemporaryDirectory(prefix="ocrfleet-tess-") as tmp:
             folder = Path(tmp)
-            paths = []
             for index, crop in enumerate(crops):
-                path = folder / f"{index:05d}.png"
-                crop.convert("RGB").save(path)
-                paths.append(str(path))
-            listing = folder / "crops.txt"  # not an image: tesseract reads it as a list
-            listing.write_text("\n".join(paths) + "\n")
-            _run(
-                self._binary,
-                [str(listing), str(folder / "out"), "--psm", str(PSM_SINGLE_LINE)]
-                + ["-l", self.lang, "tsv"],
-                timeout=_TIMEOUT_BASE_S + _TIMEOUT_PER_CROP_S * len(crops),
-            )
-            tsv = (folder / "out.tsv").read_text(encoding="utf-8")
-        return _parse_tsv(tsv, len(crops))
+                crop.convert("RGB").save(folder / f"{index:05d}.png", compress_level=1)
+            if len(shares) == 1:
+                tsvs = [self._read_share(folder, 0, shares[0])]
+            else:
+                with ThreadPoolExecutor(len(shares)) as pool:
+                    tsvs = list(
+                        pool.map(
+                            self._read_share, [folder] * len(shares), range(len(shares)), shares
+                        )
+                    )
+        results: list[tuple[str, float | None, list[ir.Word]] | None] = [None] * len(crops)
+        for share, tsv in zip(shares, tsvs, strict=True):
+            for index, result in zip(share, _parse_tsv(tsv, len(share)), strict=True):
+                results[index] = result
+        return results  # type: ignore[return-value]
+
+    def _read_share(self, folder: Path, number: int, share: list[int]) -> str:
+        """One tesseract process reading the crops `share` (indices) of the batch."""
+        listing = folder / f"crops{number}.txt"  # not an image: tesseract reads it as a list
+        listing.write_text("".join(f"{folder / f'{index:05d}.png'}\n" for index in share))
+        _run(
+            self._binary,
+            [str(listing), str(folder / f"out{number}"), "--psm", str(PSM_SINGLE_LINE)]
+            + ["-l", self.lang, "tsv"],
+            timeout=_TIMEOUT_BASE_S + _TIMEOUT_PER_CROP_S * len(share),
+        )
+        return (folder / f"out{number}.tsv").read_text(encoding="utf-8")
+
+
+def _shares(costs: list[int], processes: int) -> list[list[int]]:
+    """The batch's indices split over at most `processes` processes (at least
+    _MIN_CROPS_PER_PROCESS crops each), costliest crop first to the least loaded, each
+    share in batch order."""
+    count = max(1, min(processes, len(costs) // _MIN_CROPS_PER_PROCESS))
+    shares: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for index in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        least = loads.index(min(loads))
+        shares[least].append(index)
+        loads[least] += costs[index]
+    return [sorted(share) for share in shares]
 
 
 def _parse_tsv(tsv: str, count: int) -> list[tuple[str, float | None, list[ir.Word]]]:

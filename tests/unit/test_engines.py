@@ -20,7 +20,7 @@ from ocrfleet.engines.rapidocr import (
     detector_version,
     recogniser_version,
 )
-from ocrfleet.engines.tesseract import TesseractRecogniser, tesseract_version
+from ocrfleet.engines.tesseract import TesseractRecogniser, _shares, tesseract_version
 from ocrfleet.metrics import cer
 from ocrfleet.pipeline.recognise import recognise
 from ocrfleet.pipeline.regions import detect_regions
@@ -165,6 +165,23 @@ def test_tesseract_gives_no_confidence_when_it_finds_no_word(tess):
 
 def test_tesseract_batch_equals_one_at_a_time(tess, line_images):
     assert tess.recognise(line_images) == [tess.recognise([im])[0] for im in line_images]
+
+
+def test_tesseract_processes_split_a_batch_without_changing_a_reading(line_images):
+    batch = line_images * 2  # 16 crops: enough for 3 processes of at least 4 each
+    one = TesseractRecogniser(processes=1).recognise_words(batch)
+    assert TesseractRecogniser(processes=3).recognise_words(batch) == one
+
+
+def test_tesseract_shares_balance_the_pixels_and_keep_every_crop():
+    costs = [100, 1, 1, 1, 50, 50, 1, 1, 1, 1]
+    shares = _shares(costs, 2)
+    assert sorted(i for share in shares for i in share) == list(range(len(costs)))
+    assert all(share == sorted(share) for share in shares)
+    loads = sorted(sum(costs[i] for i in share) for share in shares)
+    assert loads == [103, 104]
+    assert _shares(costs, 8) == _shares(costs, 2)  # no process for fewer than 4 crops
+    assert _shares([5, 5, 5], 4) == [[0, 1, 2]]
 
 
 def test_tesseract_missing_language_or_binary_is_a_clear_error():
