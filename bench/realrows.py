@@ -3,10 +3,11 @@ validation rows. `python bench/realrows.py [--sets sroie,uw3,unlv]` fills the ca
 
 Rows are built the way production sees them:
 
-- sroie (train/sroie, 149 receipts): the project's RapidOCR detector runs on the whole
-  receipt; each detected region takes the ground-truth line whose box overlaps it most
-  (IoU >= 0.5, each covering >= 90% of the other's width, each ground-truth line used
-  once), source `det`. The ground-truth boxes'
+- sroie (train/sroie, 149 receipts): the project's detector runs on the whole receipt,
+  with the default layout (`LAYOUT`, pinned here: a new default must not change the
+  training rows unnoticed); each detected region takes the ground-truth line whose box
+  overlaps it most (IoU >= 0.5, each covering >= 90% of the other's width, each
+  ground-truth line used once), source `det`. The ground-truth boxes'
   own crops (of every third receipt, to bound the engine time) are a second source, `gt`.
   SROIE transcripts are often upper-cased where the print is not, so its labels compare
   case-insensitively (`case_sensitive` False).
@@ -48,6 +49,7 @@ from ocrfleet.scorers.consensus import read_with_words  # noqa: E402
 SROIE = REALDOCS.parent / "train" / "sroie"
 UW3_BOOK = REALDOCS / "uw3_500_ocropy" / "book"
 OUT = ROOT / "bench" / "out" / "realrows"
+LAYOUT = "rapid"  # the detector's layout setting the rows are detected with
 SETS = ("sroie", "uw3", "unlv")
 MIN_IOU = 0.5
 MIN_COVER = 0.9
@@ -331,7 +333,7 @@ def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
             key = keys[reader.name]
             if all(reader.name in row.reads for row in rows):
                 reads[reader.name] = [row.reads[reader.name] for row in rows]
-            elif all(_complete(cached.get(row.id, {}).get("reads", {}), key) for row in rows):
+            elif all(_cached(cached.get(row.id, {}), row, key) for row in rows):
                 reads[reader.name] = [cached[row.id]["reads"][key] for row in rows]
             else:
                 crops = crops or [row.crop() for row in rows]
@@ -351,10 +353,13 @@ def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
     print(f"{set_name}: {len(records)} rows, {count} new readings")
 
 
-def _complete(reads: dict, key: str) -> bool:
-    """A cached reading under this engine version, in the current (text, confidence, least
+def _cached(record: dict, row: RealRow, key: str) -> bool:
+    """A cached reading of this row's very crop (a detector change moves the boxes under
+    the same row ids) under this engine version, in the current (text, confidence, least
     word confidence) form; older two-value readings are read again."""
-    return key in reads and (reads[key] is None or len(reads[key]) == 3)
+    reads = record.get("reads", {})
+    same_crop = record.get("bbox") == (None if row.bbox is None else list(row.bbox))
+    return same_crop and key in reads and (reads[key] is None or len(reads[key]) == 3)
 
 
 def _write(path: Path, records: dict[str, dict], rest: dict[str, dict]) -> None:
@@ -376,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     k, n = (int(v) for v in args.shard.split("/"))
     for set_name in args.sets.split(","):
-        fill(set_name, Settings(), (k, n))
+        fill(set_name, Settings(layout=LAYOUT), (k, n))
 
 
 if __name__ == "__main__":

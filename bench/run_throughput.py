@@ -75,11 +75,15 @@ class Run:
 
     def __call__(self) -> float:
         self.round += 1
+        # A distinct input per page and round (the same bytes would be deduplicated), made
+        # before the clock starts: tagging is the bench's work, not ocrfleet's.
+        inputs = [
+            (f"page{self.round}-{n}.png", tagged_png(data, f"{self.round}-{n}"))
+            for n, data in enumerate(self.pages)
+        ]
         started = time.perf_counter()
-        for number, data in enumerate(self.pages):
-            # A distinct input per page and round (the same bytes would be deduplicated).
-            tag = f"{self.round}-{number}"
-            outcome = ingest(self.ctx, f"page{tag}.png", data=tagged_png(data, tag))
+        for name, data in inputs:
+            outcome = ingest(self.ctx, name, data=data)
             for page_id in outcome.page_ids:
                 process_page(self.ctx, page_id)
         return time.perf_counter() - started

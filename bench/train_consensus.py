@@ -18,7 +18,12 @@ Procedure (fixed seeds throughout, so the same rows give the same file byte for 
    category) are the lowest whose Clopper-Pearson 95% lower bound on precision is >= 0.99
    on them, raised where a set's point precision would fall below 0.99; the best-of-N
    margin is the smallest that never makes a set's CER worse than the primary engine's;
-4. the shipped trees are fitted on all rows.
+4. the screen: a second model, fitted on the features a candidate has before its re-reads
+   (its own confidences, its text, its crop), predicts whether the candidate will end
+   accepted (out-of-fold score at its threshold); its cut is the highest that sends at
+   most SCREEN_LOSS of any set's accepted candidates to review (out-of-fold). The scorer
+   re-reads none of what it screens out, which on real pages is most of the re-reads;
+5. the shipped trees (both) are fitted on all rows.
 The weights file records the data hashes, the cross-validation AUROCs and every choice.
 """
 
@@ -33,6 +38,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +77,9 @@ HGB_PARAMS = {
     "random_state": SEED,
 }
 MARGINS = tuple(round(m, 3) for m in np.arange(0.0, 1.0001, 0.02))
+# The share of a set's accepted candidates the screen may send to review unread: reviewer
+# time, never precision (a screened candidate is not accepted).
+SCREEN_LOSS = 0.01
 
 
 @dataclass
@@ -192,20 +201,22 @@ def _code_sha256() -> str:
 
 
 def load_examples(
-    sets: Sequence[str], rows: Sequence[RealRow] | None = None
+    sets: Sequence[str], rows: Sequence[RealRow] | None = None, *, unread: bool = False
 ) -> tuple[Examples, np.ndarray, np.ndarray]:
     """Examples of the rows (default: the cached rows of `sets`), their features and the
-    scoreable mask. Features are cached beside the rows under the hash of the rows and the
-    feature names."""
+    scoreable mask; with `unread`, the features before any re-read (what the screen sees).
+    Features are cached beside the rows under the hash of the rows and the feature code."""
     rows = [row for name in sets for row in load_rows(name)] if rows is None else list(rows)
     ex = build_examples(rows)
     key = hashlib.sha256(
         (rows_sha256(rows) + json.dumps(list(FEATURE_NAMES)) + _code_sha256()).encode()
     ).hexdigest()[:16]
-    cache = OUT / f"features-{key}.npz"
+    cache = OUT / f"features-{key}{'-unread' if unread else ''}.npz"
     if cache.is_file():
         saved = np.load(cache)
         return ex, saved["x"], saved["ok"]
+    if unread:
+        ex.rereads = [{} for _ in ex.units]
     x, ok = featurize(ex)
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.savez(cache, x=x, ok=ok)
@@ -316,6 +327,51 @@ def choose_thresholds(
     return thresholds, evidence
 
 
+def accepted_at(
+    prob: np.ndarray, engines: Sequence[str], thresholds: dict[str, dict[str, float | None]]
+) -> np.ndarray:
+    """Which candidates their (engine group, text) threshold accepts."""
+    limits = [thresholds[engine_group(e)]["text"] for e in engines]
+    return np.array(
+        [t is not None and p >= t for p, t in zip(prob, limits, strict=True)], dtype=bool
+    )
+
+
+def fit_screen(
+    x0: np.ndarray,
+    accepted: np.ndarray,
+    docs: Sequence[str],
+    sets: Sequence[str],
+    engines: Sequence[str],
+) -> tuple[Any, dict[str, float | None], dict]:
+    """The screen's trees (fitted on all rows), its cut on their log-odds per engine group
+    (None where the group has no accepted candidate) and the out-of-fold evidence: per
+    group and set, the share screened and the accepted candidates lost. The cut holds the
+    loss to SCREEN_LOSS over the group's sets pooled: a set with a handful of accepted
+    candidates cannot pin a 1% quantile."""
+    raw = out_of_fold(x0, accepted, docs)
+    sets_arr = np.array(sets)
+    groups = np.array([engine_group(e) for e in engines])
+    cuts: dict[str, float | None] = {}
+    evidence: dict[str, dict] = {}
+    for group in (*ENGINES, OTHER_ENGINE):
+        mine = groups == group
+        kept = raw[accepted & mine]
+        cut = float(np.quantile(kept, SCREEN_LOSS, method="lower")) if kept.size else None
+        cuts[group] = None if cut is None else round(cut, 8)
+        screened = mine & (raw < cut) if cut is not None else np.zeros_like(mine)
+        evidence[group] = {
+            str(name): {
+                "candidates": int((m := mine & (sets_arr == name)).sum()),
+                "screened": round(float(screened[m].mean()), 4),
+                "accepted": int((accepted & m).sum()),
+                "accepted_screened": int((accepted & screened & m).sum()),
+            }
+            for name in sorted(set(sets_arr[mine]))
+        }
+    return fit_trees(x0, accepted), cuts, evidence
+
+
 def best_of_n_lines(
     prob: np.ndarray, ex: Examples, mask: np.ndarray
 ) -> dict[str, dict[str, tuple[str, float]]]:
@@ -404,6 +460,13 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
         )
         for name in sets
     }
+    ok_engines = [e for e, k in zip(engines, ok, strict=True) if k]
+    accepted = accepted_at(prob[ok], ok_engines, thresholds)
+    _, x0, ok0 = load_examples(sets, rows, unread=True)
+    assert (ok0 == ok).all(), "a candidate scoreable with re-reads must be without them"
+    screen, cuts, screen_evidence = fit_screen(
+        x0[ok], accepted, kept_docs, [s for s, k in zip(ex.sets, ok, strict=True) if k], ok_engines
+    )
     final = trees_from_sklearn(fit_trees(x[ok], y[ok]))
     row_hashes = {name: rows_sha256([r for r in rows if r.set == name]) for name in sets}
     document = {
@@ -414,6 +477,7 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
         "calibration": platt.to_json(),
         "thresholds": thresholds,
         "best_of_n_margin": margin,
+        "screen": {"trees": trees_from_sklearn(screen).to_json(), "cuts": cuts},
         "training": {
             "source": "bench/train_consensus.py on bench/realrows.py rows",
             "rows_sha256": row_hashes,
@@ -428,6 +492,7 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
             "threshold_evidence": evidence,
             "precision_target": PRECISION,
             "best_of_n": {"margin": margin, "cer_by_set": margin_report},
+            "screen": {"loss_target": SCREEN_LOSS, "by_set": screen_evidence},
         },
     }  # fmt: skip
     out.write_text(json.dumps(document, indent=None, ensure_ascii=True) + "\n", encoding="utf-8")
@@ -450,6 +515,8 @@ def main(argv: list[str] | None = None) -> None:
     for group, info in t["threshold_evidence"].items():
         print(f"threshold {group}: {info}")
     print(f"best-of-n margin {document['best_of_n_margin']}: {t['best_of_n']['cer_by_set']}")
+    for group, by_set in t["screen"]["by_set"].items():
+        print(f"screen {group} cut {document['screen']['cuts'][group]}: {by_set}")
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ class Category(StrEnum):
 
 class Verdict(StrEnum):
     scored = "scored"
-    # The score is an upper bound, taken before the re-reads that would refine it: no
-    # re-read could lift it to the threshold that decides the region, so none was made.
+    # Not re-read: the candidate's own evidence put it out of its threshold's reach, or the
+    # fitted screen predicts it will not be accepted. The score is the upper bound a
+    # re-read could lift it to; the region goes to review.
     bounded = "bounded"
     precheck_failed = "precheck_failed"
     render_failed = "render_failed"

@@ -32,6 +32,9 @@ ALL_BELOW = "all_candidates_below_threshold"
 LOW_SCORE = "low_score"
 MISSING_SCORE = "missing"  # a non-error candidate that the scorer returned nothing for
 UNCALIBRATED = "uncalibrated"  # no threshold for this (engine, category) kept its promise
+# Not re-read (verdict `bounded`) though a re-read could have lifted it to its threshold: the
+# scorer's screen predicted it would stay under.
+SCREENED = "screened"
 ENGINE_TRUNCATED = "engine_truncated"  # the chosen reading stopped at the token limit
 # A table or formula read line by line: no configured engine reads the block as a whole.
 NO_BLOCK_ENGINE = {ir.Category.table: "no_table_engine", ir.Category.formula: "no_formula_engine"}
@@ -207,11 +210,15 @@ def _decide_region(
             accepted=False,
             flag_reason=UNCALIBRATED,
         )
-    if best_score >= threshold:
+    bounded = score_of[(region.number, best.engine)].verdict == ir.Verdict.bounded
+    if best_score >= threshold and not bounded:
         return ir.Decision(region_number=region.number, chosen_engine=best.engine, accepted=True)
+    below = ALL_BELOW if len(scored) > 1 else LOW_SCORE
+    # a bound at or over the threshold: the region was screened, not verified
+    reason = SCREENED if best_score >= threshold else below
     return ir.Decision(
         region_number=region.number,
         chosen_engine=best.engine,
         accepted=False,
-        flag_reason=ALL_BELOW if len(scored) > 1 else LOW_SCORE,
+        flag_reason=reason,
     )

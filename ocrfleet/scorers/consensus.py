@@ -47,7 +47,7 @@ from ocrfleet.scorers.precheck import precheck
 
 NAME = "consensus"
 WEIGHTS_PATH = Path(__file__).with_name("consensus_weights.json")
-WEIGHTS_FORMAT = 2
+WEIGHTS_FORMAT = 3
 
 
 # ---- calibration: the weights file -----------------------------------------------------
@@ -66,6 +66,11 @@ class Calibration:
     # no threshold reached the precision target (that kind goes to review: `uncalibrated`).
     thresholds: dict[str, dict[str, float | None]]
     margin: float  # best-of-N: another engine's candidate must beat the primary by more
+    # Before the re-reads: trees over the features a candidate has without them, whose
+    # log-odds under the cut for its engine predict it will not be accepted (see
+    # ConsensusScorer.score_against); no cut: that engine's candidates are not screened.
+    screen: Trees
+    screen_cuts: dict[str, float | None]
     sha256: str  # of the weights file: the calibration's identity
 
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -74,6 +79,11 @@ class Calibration:
     def threshold(self, engine: str, category: str) -> float | None:
         by_category = self.thresholds.get(engine, self.thresholds.get(OTHER_ENGINE, {}))
         return by_category.get(str(category))
+
+    def screen_cut(self, engine: str) -> float:
+        """The screen's cut for `engine`'s candidates; -inf screens none out."""
+        cut = self.screen_cuts.get(engine, self.screen_cuts.get(OTHER_ENGINE))
+        return -math.inf if cut is None else cut
 
 
 def _file_sha256(path: Path) -> str:
@@ -98,8 +108,10 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
             f"bench/train_consensus.py (file: {len(names)} features, code: {len(FEATURE_NAMES)})"
         )
     trees = Trees.from_json(raw["trees"])
-    if trees.feature.size and int(trees.feature.max()) >= len(names):
-        raise ValueError(f"{path}: a tree splits on a feature this code does not compute")
+    screen = Trees.from_json(raw["screen"]["trees"])
+    for fitted in (trees, screen):
+        if fitted.feature.size and int(fitted.feature.max()) >= len(names):
+            raise ValueError(f"{path}: a tree splits on a feature this code does not compute")
     return Calibration(
         feature_names=names,
         trees=trees,
@@ -109,6 +121,11 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
             for engine, by_category in raw["thresholds"].items()
         },
         margin=float(raw["best_of_n_margin"]),
+        screen=screen,
+        screen_cuts={
+            engine: None if cut is None else float(cut)
+            for engine, cut in raw["screen"]["cuts"].items()
+        },
         sha256=_file_sha256(path),
     )
 
@@ -300,12 +317,15 @@ class ConsensusScorer:
     def score_against(
         self, units: list[Unit], threshold: Callable[[Unit], float | None]
     ) -> list[ir.Score]:
-        """`score`, without the re-reads that cannot change a decision: a unit that is its
-        region's only candidate, and whose best possible score (every re-read agreeing with
-        it, `features.optimistic`) stays under `threshold(unit)` or has no threshold, is
-        flagged whatever its re-reads say. It is not re-read; its verdict is `bounded` and
-        its score that bound. On clean pages most regions are of that kind, and their
-        re-reads were most of the scorer's time."""
+        """`score`, without the re-reads that will not change a decision. A unit that is
+        its region's only candidate is not re-read when its threshold (`threshold(unit)`)
+        is out of reach or there is none, or when the screen predicts it will not be
+        accepted; its verdict is then `bounded`, its score the best any re-read could give
+        it (every re-read agreeing, `features.optimistic`), and the region goes to review.
+        Out of reach is exact: that bound is under the threshold. The screen is fitted: on
+        held-back real rows it screens out at most 1% of the candidates that would have
+        been accepted (the weights file records how many, per set). The re-reads were most
+        of the scorer's time, and on real pages most of them are of units like these."""
         first = self.features.compute(units, [{} for _ in units])
         per_region = Counter(unit.region_number for unit in units)
         sole = [
@@ -316,12 +336,15 @@ class ConsensusScorer:
         bounds: dict[int, float] = {}
         if sole:
             rows, free = zip(*(optimistic(first[i], units[i].engine) for i in sole), strict=True)
-            upper = self.calibration.calibration(
-                self.calibration.trees.upper_raw(np.vstack(rows), np.vstack(free))
+            calibration = self.calibration
+            upper = calibration.calibration(
+                calibration.trees.upper_raw(np.vstack(rows), np.vstack(free))
             )
-            for i, bound in zip(sole, upper, strict=True):
+            odds = calibration.screen.raw(np.vstack([first[i] for i in sole]))
+            for i, bound, screen in zip(sole, upper, odds, strict=True):
                 limit = threshold(units[i])
-                if math.isfinite(bound) and (limit is None or bound < limit):
+                screened = screen < calibration.screen_cut(units[i].engine)
+                if math.isfinite(bound) and (limit is None or bound < limit or screened):
                     bounds[i] = float(bound)
         rest = [
             i for i, value in enumerate(first) if i not in bounds and isinstance(value, np.ndarray)

@@ -19,6 +19,7 @@ from ocrfleet.scorers import load_scorer, second_readers
 from ocrfleet.scorers.base import Unit
 from ocrfleet.scorers.consensus import (
     WEIGHTS_PATH,
+    ConsensusFeatures,
     ConsensusScorer,
     load_calibration,
 )
@@ -160,6 +161,12 @@ def test_weights_file_matches_the_code_and_records_its_evidence() -> None:
         if threshold is not None:  # the promise the threshold was chosen to keep
             assert evidence["lower_bound_95"] >= training["precision_target"]
     assert raw["best_of_n_margin"] >= 0
+    # the screen loses at most its target share of each engine's accepted candidates
+    screen = training["screen"]
+    for by_set in screen["by_set"].values():
+        accepted = sum(item["accepted"] for item in by_set.values())
+        lost = sum(item["accepted_screened"] for item in by_set.values())
+        assert lost <= screen["loss_target"] * accepted
 
 
 def test_shipped_model_scores_without_scikit_learn() -> None:
@@ -328,9 +335,14 @@ def test_a_bounded_unit_is_not_re_read_and_its_bound_holds(readers) -> None:
     screened = scorer.score_against(units, lambda u: threshold)
     bounded = [s.verdict == ir.Verdict.bounded for s in screened]
     assert any(bounded) and not all(bounded)
-    for e, s in zip(exact, screened, strict=True):
-        if s.verdict == ir.Verdict.bounded:  # flagged with or without its re-read
-            assert e.score <= s.score < threshold
+    calibration = scorer.calibration
+    for u, e, s in zip(units, exact, screened, strict=True):
+        if s.verdict == ir.Verdict.bounded:  # not re-read: the bound holds
+            assert e.score <= s.score
+            out_of_reach = s.score < threshold
+            alone = ConsensusFeatures(SETTINGS, readers).compute([u], [{}])[0]
+            predicted = calibration.screen.raw(alone)[0] < calibration.screen_cut("rapidocr")
+            assert out_of_reach or predicted
         else:  # re-read: the very score `score` gives
             assert s == e
     by_name = {r.name: r for r in counting}

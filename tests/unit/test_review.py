@@ -131,6 +131,17 @@ def test_unscored_candidate_never_counts_as_a_score() -> None:
     assert d.flag_reason == "low_score" and not d.accepted
 
 
+def test_a_bound_is_never_accepted_and_says_why_it_is_flagged() -> None:
+    def bounded(value: float) -> ir.Score:
+        return scored(1, "rapidocr", value).model_copy(update={"verdict": ir.Verdict.bounded})
+
+    # under the threshold: a low score, known without the re-read
+    assert one([region(1)], [cand(1, "rapidocr")], [bounded(0.4)]).flag_reason == "low_score"
+    # at or over it: only a ceiling, and the screen predicted the re-read would not reach it
+    d = one([region(1)], [cand(1, "rapidocr")], [bounded(0.95)])
+    assert not d.accepted and d.flag_reason == "screened" and d.chosen_engine == "rapidocr"
+
+
 def test_thresholds_are_per_category() -> None:
     regions = [
         region(1, ir.Category.text),
