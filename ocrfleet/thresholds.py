@@ -263,6 +263,17 @@ def shipped_threshold_lines(settings: Settings) -> list[str]:
                 f"{info.get('precision')} (95% lower bound {info.get('lower_bound_95')}) on "
                 f"{info.get('accepted')} accepted of {info.get('of')}"
             )
+    screen = raw["training"]["screen"]
+    for engine, by_set in screen["by_set"].items():
+        candidates = sum(item["candidates"] for item in by_set.values())
+        skipped = sum(item["screened"] * item["candidates"] for item in by_set.values())
+        accepted = sum(item["accepted"] for item in by_set.values())
+        lost = sum(item["accepted_screened"] for item in by_set.values())
+        lines.append(
+            f"shipped screen {engine}: not re-read {skipped / max(candidates, 1):.1%} of "
+            f"{candidates} held-back candidates, {lost} of their {accepted} accepted "
+            f"(target <= {screen['loss_target']:.0%})"
+        )
     return lines
 
 

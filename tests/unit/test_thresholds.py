@@ -163,3 +163,20 @@ def test_run_thresholds_scores_a_labelled_set_with_the_configured_scorer(tmp_pat
     assert rows[0].n_accepted == 4 and rows[0].precision == 0.5
     # somewhere the right texts are accepted and the wrong ones are not
     assert any(row.n_accepted == 2 and row.precision == 1.0 for row in rows)
+
+
+def test_shipped_lines_name_each_threshold_and_what_the_screen_skips() -> None:
+    from ocrfleet.config import Settings
+    from ocrfleet.scorers.consensus import load_calibration
+    from ocrfleet.thresholds import shipped_threshold_lines
+
+    lines = shipped_threshold_lines(Settings(scorer="consensus"))
+    calibration = load_calibration()
+    for engine in calibration.thresholds:
+        assert any(line.startswith(f"shipped {engine}/text: ") for line in lines)
+        (screen,) = [line for line in lines if line.startswith(f"shipped screen {engine}: ")]
+        lost, accepted = (
+            int(v) for v in screen.split(", ")[1].split(" accepted")[0].split(" of their ")
+        )
+        assert lost <= 0.01 * accepted
+    assert shipped_threshold_lines(Settings(scorer="jev")) == []
