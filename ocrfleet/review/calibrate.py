@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ocrfleet import ir
 from ocrfleet.review.reviewed import ReviewedRegion
 from ocrfleet.thresholds import DEFAULT_THRESHOLDS, Row, best_accept_rate, threshold_table
 
@@ -25,15 +26,16 @@ class Proposal:
 
 
 def labelled(regions: Sequence[ReviewedRegion]) -> tuple[list[bool], list[float | None]]:
-    """(label, score) of each region's chosen candidate; an unscored one has no score, and
-    neither has a `bounded` one (its score is only a ceiling, so no threshold is known to
-    accept it)."""
+    """(label, score) of each region's chosen candidate; an unscored one has no score. A
+    `bounded` one counts at its ceiling: a threshold under the ceiling may or may not have
+    accepted it, and counting it accepted (these are mostly regions the policy doubted)
+    errs towards a lower precision, so towards proposing a higher threshold."""
     labels: list[bool] = []
     scores: list[float | None] = []
     for region in regions:
         chosen = region.chosen
         labels.append(chosen is not None and region.usable(chosen))
-        scored = chosen is not None and chosen.verdict == "scored"
+        scored = chosen is not None and chosen.verdict in ir.SCORING_VERDICTS
         scores.append(chosen.score if scored and chosen is not None else None)
     return labels, scores
 
