@@ -110,6 +110,8 @@ def main() -> None:
             print(f"auroc baseline-agreement domain-out {train_name}->{test_name}: {base:.3f}")
 
     print("# at the shipped thresholds (out-of-fold scores)")
+    accepted = np.zeros(len(y), dtype=bool)
+    accepted[ok] = accepted_at(prob[ok], engines[ok].tolist(), calibration.thresholds)
     for name in SETS:
         for engine in ENGINES:
             m = real & (sets == name) & (engines == engine)
@@ -119,21 +121,12 @@ def main() -> None:
                 continue
             print(accept_line(f"at shipped threshold {name}[{engine}]", y[m], prob[m] >= threshold))
         m = real & (sets == name)
-        accepted = np.array(
-            [
-                calibration.threshold(e, "text") is not None
-                and p >= calibration.threshold(e, "text")
-                for e, p in zip(engines, prob, strict=True)
-            ]
-        )
         print(accept_line(f"at shipped thresholds {name}", y[m], accepted[m]))
 
     print("# with the screen: no re-read and no acceptance under the cut (out-of-fold)")
     _, x0, _ = load_examples(SETS, unread=True)
-    engines_ok = engines[ok].tolist()
-    shipped = accepted_at(prob[ok], engines_ok, calibration.thresholds)
     odds = np.full(len(y), np.inf)
-    odds[ok] = out_of_fold(x0[ok], shipped, docs[ok].tolist())
+    odds[ok] = out_of_fold(x0[ok], accepted[ok], docs[ok].tolist())
     screened = odds < np.array([calibration.screen_cut(e) for e in engines])
     for name in SETS:
         for engine in ENGINES:

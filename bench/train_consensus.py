@@ -346,7 +346,7 @@ def fit_screen(
 ) -> tuple[Any, dict[str, float | None], dict]:
     """The screen's trees (fitted on all rows), its cut on their log-odds per engine group
     (None where the group has no accepted candidate) and the out-of-fold evidence: per
-    group and set, the share screened and the accepted candidates lost. The cut holds the
+    group and set, the candidates screened and the accepted ones among them. The cut holds the
     loss to SCREEN_LOSS over the group's sets pooled: a set with a handful of accepted
     candidates cannot pin a 1% quantile."""
     raw = out_of_fold(x0, accepted, docs)
@@ -363,7 +363,7 @@ def fit_screen(
         evidence[group] = {
             str(name): {
                 "candidates": int((m := mine & (sets_arr == name)).sum()),
-                "screened": round(float(screened[m].mean()), 4),
+                "screened": int(screened[m].sum()),
                 "accepted": int((accepted & m).sum()),
                 "accepted_screened": int((accepted & screened & m).sum()),
             }

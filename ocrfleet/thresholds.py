@@ -266,7 +266,7 @@ def shipped_threshold_lines(settings: Settings) -> list[str]:
     screen = raw["training"]["screen"]
     for engine, by_set in screen["by_set"].items():
         candidates = sum(item["candidates"] for item in by_set.values())
-        skipped = sum(item["screened"] * item["candidates"] for item in by_set.values())
+        skipped = sum(item["screened"] for item in by_set.values())
         accepted = sum(item["accepted"] for item in by_set.values())
         lost = sum(item["accepted_screened"] for item in by_set.values())
         lines.append(

@@ -87,15 +87,21 @@ FEATURE_NAMES: tuple[str, ...] = (
 )
 
 # Features whose larger values can only mean "more likely right" (monotone in the fit).
-INCREASING: tuple[str, ...] = (
-    *_ENGINE_CONFIDENCES,
-    *(f"{reader}_{column}" for reader in READERS for column in ("sim", "exact", "exact_fold")),
+# Of them, a re-read sets these per reader and these over all re-reads; each lies in [0, 1].
+_READER_INCREASING = ("sim", "exact", "exact_fold")
+_AGREEMENT_INCREASING = (
     "reread_max_sim",
     "reread_min_sim",
     "reread_all_exact",
     "agree_word_share",
     "agree_digits_equal",
 )
+INCREASING: tuple[str, ...] = (
+    *_ENGINE_CONFIDENCES,
+    *(f"{reader}_{column}" for reader in READERS for column in _READER_INCREASING),
+    *_AGREEMENT_INCREASING,
+)
+_INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
 
 @dataclass(frozen=True)
@@ -251,26 +257,19 @@ def optimistic(vector: np.ndarray, engine: str) -> tuple[np.ndarray, np.ndarray]
     two re-reads agree). The trees' `upper_raw` over that row bounds the score any re-read
     could give the candidate: monotone constraints make larger increasing values never
     lower it."""
-    index = {name: i for i, name in enumerate(FEATURE_NAMES)}
     row = np.array(vector, dtype=np.float64)
     free = np.zeros(len(FEATURE_NAMES), dtype=bool)
     readers = rereads_for(engine)
     for reader in readers:
-        row[index[f"{reader}_missing"]] = 0.0
-        for column in ("sim", "exact", "exact_fold"):
-            row[index[f"{reader}_{column}"]] = 1.0
-        free[index[f"{reader}_conf"]] = free[index[f"{reader}_wconf"]] = True
-    row[index["reread_count"]] = float(len(readers))
-    for name in (
-        "reread_max_sim",
-        "reread_min_sim",
-        "reread_all_exact",
-        "agree_word_share",
-        "agree_digits_equal",
-    ):
-        row[index[name]] = 1.0
-    free[index["agree_len_logratio"]] = True
-    free[index["rereads_agree"]] = len(readers) > 1
+        row[_INDEX[f"{reader}_missing"]] = 0.0
+        for column in _READER_INCREASING:
+            row[_INDEX[f"{reader}_{column}"]] = 1.0
+        free[_INDEX[f"{reader}_conf"]] = free[_INDEX[f"{reader}_wconf"]] = True
+    row[_INDEX["reread_count"]] = float(len(readers))
+    for name in _AGREEMENT_INCREASING:
+        row[_INDEX[name]] = 1.0
+    free[_INDEX["agree_len_logratio"]] = True
+    free[_INDEX["rereads_agree"]] = len(readers) > 1
     return row, free
 
 
