@@ -3,9 +3,10 @@ labels candidates with `same_text`, so a number measured anywhere means the same
 
 Two texts are the same when they are equal after `canonical`: Unicode NFKC (ligatures,
 full-width forms, the one-character ellipsis become plain characters), typographic quotes,
-dashes and ellipses folded to ASCII (TeX's two-backtick and two-apostrophe quotes, which
-UW3's transcripts use, too), soft hyphens and zero-width characters dropped, every
-whitespace run folded to one space, and whitespace next to ASCII punctuation dropped:
+dashes and ellipses folded to ASCII (guillemets, primes and the modifier apostrophe are
+quotes too, and so are TeX's two-backtick and two-apostrophe quotes, which UW3's
+transcripts use), soft hyphens and zero-width characters dropped, every whitespace run
+folded to one space, and whitespace next to ASCII punctuation dropped:
 "TOTAL :" and "TOTAL:", "AMT (RM)" and "AMT(RM)" are the same text to a reader, and
 transcribers space them both ways (SROIE does), so a label that counted them would call
 correct readings wrong at random. A missing space between two words is still an error.
@@ -26,6 +27,7 @@ _TEX_QUOTE = re.compile(r"''")
 _FOLD = str.maketrans(
     {
         **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032\u2035\u00b4\u0060", "'"),
+        **dict.fromkeys("\u2039\u203a\u02bc", "'"),  # single guillemets, modifier apostrophe
         **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\u2036\u00ab\u00bb", '"'),
         **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2043\ufe58", "-"),
         "\u2026": "...",

@@ -3,31 +3,13 @@ read and how the scorer scored it. Training exports and thresholds both start he
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ocrfleet.db.models import Candidate, Document, Page, Region, Review, Score
-
-_TYPOGRAPHY = str.maketrans(
-    {
-        "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
-        "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"',
-        "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-",
-        "\u2015": "-", "\u2212": "-",
-    }
-)  # fmt: skip
-_WS = re.compile(r"\s+")
-
-
-def fold(text: str) -> str:
-    """DESIGN's "usable as is": NFKC, typographic quotes, dashes and ellipses folded,
-    whitespace folded; case kept."""
-    text = unicodedata.normalize("NFKC", text).translate(_TYPOGRAPHY).replace("\u2026", "...")
-    return _WS.sub(" ", text).strip()
+from ocrfleet.labels import same_text
 
 
 @dataclass(frozen=True)
@@ -59,8 +41,11 @@ class ReviewedRegion:
         return f"{self.sha256}:{self.page_number}"
 
     def usable(self, reading: Reading) -> bool:
-        """Whether a reading is what the reviewer settled on (never for unreadable)."""
-        return self.action != "unreadable" and fold(reading.text) == fold(self.final_text)
+        """Whether a reading is what the reviewer settled on (never for unreadable), by the
+        one label rule (`ocrfleet.labels`), so exports and threshold proposals from reviews
+        label as every fit and bench does. Case counts: a reviewer's text is not upper-cased
+        the way some transcripts are."""
+        return self.action != "unreadable" and same_text(reading.text, self.final_text)
 
     @property
     def chosen(self) -> Reading | None:

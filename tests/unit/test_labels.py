@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from ocrfleet.labels import canonical, same_text
+from ocrfleet.review.reviewed import Reading, ReviewedRegion
 
 
 def test_whitespace_runs_fold_and_ends_strip() -> None:
@@ -42,3 +47,39 @@ def test_spacing_next_to_punctuation_is_not_significant() -> None:
 
 def test_tex_quotes_are_double_quotes() -> None:
     assert same_text("a \u201cCPR summit.\u201d", "a ``CPR summit.''")
+
+
+def test_guillemets_primes_and_the_modifier_apostrophe_are_quotes() -> None:
+    assert same_text("\u00abDone\u00bb", '"Done"')
+    assert same_text("\u2039Done\u203a", "'Done'")
+    assert same_text("5\u2032 10\u2033", "5' 10\"")
+    assert same_text("it\u02bcs", "it's")
+    assert not same_text("\u00abDone\u00bb", "'Done'")  # a double quote is not a single one
+
+
+def test_soft_hyphens_vanish_but_hard_hyphens_stay() -> None:
+    assert canonical("infor\u00admation") == "information"
+    assert not same_text("infor-mation", "information")
+
+
+# The four strings on which the reviews' own fold used to disagree with this rule.
+DISAGREED = [
+    ("TOTAL :", "TOTAL:"),
+    ("soft\u00adhyphen", "softhyphen"),
+    ("\u00abquoted\u00bb", '"quoted"'),
+    ("5\u2032", "5'"),
+]
+
+
+@pytest.mark.parametrize(("reading", "final"), DISAGREED)
+def test_reviews_label_by_this_rule(reading: str, final: str) -> None:
+    """Exports and threshold proposals from reviews ask `ReviewedRegion.usable`."""
+    region = ReviewedRegion(
+        region_id=1, sha256="0" * 64, page_number=1, image_uri="file:///page.png", number=0,
+        category="text", bbox=(0, 0, 10, 10), chosen_engine="rapidocr", action="correct",
+        final_text=final,
+    )  # fmt: skip
+    assert region.usable(Reading("rapidocr", reading, None, "scored", 0.5))
+    assert not region.usable(Reading("rapidocr", reading + "x", None, "scored", 0.5))
+    unreadable = dataclasses.replace(region, action="unreadable")
+    assert not unreadable.usable(Reading("rapidocr", reading, None, "scored", 0.5))
