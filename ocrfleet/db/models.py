@@ -221,7 +221,8 @@ class ReviewFlag(Base):
 
 
 class User(Base):
-    """A back-office account. `tenant` set: sees only documents whose `tenant` is it."""
+    """A back-office account. `tenant` names the documents it sees: one tenant's, `*` for
+    every tenant's (explicitly global), None for only documents without a tenant."""
 
     __tablename__ = "users"
     __table_args__ = (
@@ -234,6 +235,21 @@ class User(Base):
     role: Mapped[str] = mapped_column(String(16))
     tenant: Mapped[str | None] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # A session cookie carries the generation it was issued under; logout, disable and a
+    # password change bump it, so every cookie issued before is void at once.
+    session_generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class LoginAttempt(Base):
+    """Login attempts under one throttle key (a hash of name, address or both) in the
+    current window, counted before the password is checked so parallel guesses cannot
+    pass the limit; shared by every review app process on the database."""
+
+    __tablename__ = "login_attempts"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    window_start: Mapped[float] = mapped_column(Float)  # epoch seconds
+    count: Mapped[int] = mapped_column(Integer)
 
 
 class Review(Base):
@@ -254,6 +270,10 @@ class Review(Base):
     engine: Mapped[str | None] = mapped_column(String(32))  # the candidate accepted
     final_text: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The decision this one replaced (an admin's override); both stay in the history.
+    overrides_id: Mapped[int | None] = mapped_column(
+        ForeignKey("reviews.id", ondelete="SET NULL")
+    )
 
 
 class ScalingDecision(Base):
