@@ -24,7 +24,8 @@ from ocrfleet.config import Settings  # noqa: E402
 from ocrfleet.pipeline.images import load_image  # noqa: E402
 from ocrfleet.pipeline.recognise import recognise  # noqa: E402
 from ocrfleet.pipeline.regions import detect_regions  # noqa: E402
-from ocrfleet.pipeline.review import policy_for, score_units  # noqa: E402
+from ocrfleet.pipeline.review import score_units  # noqa: E402
+from ocrfleet.scorers import load_policy  # noqa: E402
 from ocrfleet.toolkit import load_toolkit  # noqa: E402
 
 
@@ -36,7 +37,7 @@ def main() -> None:
 
     settings = Settings()
     toolkit = load_toolkit(settings)
-    policy = policy_for(settings)
+    policy = load_policy(settings)
     bare = RapidOCR()
     totals = np.zeros(4)
     units = bounded = 0

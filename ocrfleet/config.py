@@ -17,7 +17,7 @@ CommaList = Annotated[list[str], NoDecode]
 
 # Default auto-accept thresholds per scorer. The consensus scorer's are per (engine,
 # category) and live in its weights file, chosen on held-back real documents (None here:
-# ask the calibration; see ocrfleet.pipeline.review.policy_for). Jev's is its softmax
+# ask the calibration; see ocrfleet.scorers.consensus.policy). Jev's is its softmax
 # decision boundary.
 SCORER_THRESHOLDS: dict[str, float | None] = {"consensus": None, "jev": 0.5}
 
@@ -157,8 +157,17 @@ class Settings(BaseSettings):
     review_https_only: bool = False  # set behind TLS: cookies get the Secure flag
     review_claim_seconds: int = Field(600, ge=10, description="a claim on a flag lapses after")
     review_session_hours: int = Field(12, ge=1)
-    review_login_attempts: int = Field(5, ge=1, description="failed logins per window, then 429")
+    review_login_attempts: int = Field(
+        5, ge=1, description="failed logins per name and address in the window, then 429"
+    )
+    review_login_name_attempts: int = Field(20, ge=1, description="per name, any address")
+    review_login_address_attempts: int = Field(
+        100, ge=1, description="per address, any name (a proxy's address is everyone's)"
+    )
     review_login_window_seconds: int = Field(300, ge=1)
+    review_max_hashes: int = Field(
+        4, ge=1, description="password hashes at once per app process (argon2: 64 MiB each)"
+    )
     # HTTP API and completion webhooks (`ocrfleet api`).
     api_max_upload_bytes: int = Field(
         256 * 1024 * 1024, ge=1, description="a larger request body gets 413"

@@ -9,7 +9,8 @@ from PIL import Image
 from ocrfleet import ir
 from ocrfleet.pipeline.recognise import recognise
 from ocrfleet.pipeline.regions import detect_regions
-from ocrfleet.pipeline.review import decide, policy_for, score_units
+from ocrfleet.pipeline.review import decide, score_units
+from ocrfleet.scorers import load_policy
 from ocrfleet.toolkit import Toolkit
 
 
@@ -23,7 +24,7 @@ def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ir.
         mode=settings.engine_mode,
         timeout_s=settings.engine_timeout_s,
     )
-    policy = policy_for(settings)
+    policy = load_policy(settings)
     scores = score_units(image, regions, candidates, toolkit.scorer, policy)
     decisions = decide(regions, candidates, scores, settings, policy)
     return ir.PageResult(

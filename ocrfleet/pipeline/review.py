@@ -6,7 +6,8 @@ scored goes to review with the verdict as its reason, never as if it had scored 
 Best-of-N never makes text worse on purpose: the primary engine's candidate (the first in
 `OCRFLEET_ENGINES` that read the region and was scored) is kept unless another candidate's
 score beats it by more than the policy's margin, a margin validated on held-back real
-documents to lower CER. The chosen candidate is accepted when its score reaches the
+documents to lower CER. The scorer's own rule (`Policy.accept`), where it has one, may
+accept a region first. Otherwise the chosen candidate is accepted when its score reaches the
 threshold for its (engine, category); when no threshold kept its precision promise for that
 kind, the region goes to review as `uncalibrated`. A chosen candidate under its threshold
 goes to review even though it is the best we have; it is still chosen so the document text
@@ -16,14 +17,14 @@ is complete.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.pipeline.regions import crop
-from ocrfleet.scorers.base import Scorer, Unit
+from ocrfleet.scorers import load_policy
+from ocrfleet.scorers.base import Policy, Scorer, Unit
 from ocrfleet.scorers.features import least_word_confidence
 
 ENGINE_FAILED = "engine_failed"
@@ -38,39 +39,6 @@ SCREENED = "screened"
 ENGINE_TRUNCATED = "engine_truncated"  # the chosen reading stopped at the token limit
 # A table or formula read line by line: no configured engine reads the block as a whole.
 NO_BLOCK_ENGINE = {ir.Category.table: "no_table_engine", ir.Category.formula: "no_formula_engine"}
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Thresholds by (engine, category) and the best-of-N margin. `fixed` (a category's
-    setting) applies to every engine; otherwise `per_engine` decides, its OTHER key standing
-    for engines it does not name; a None threshold means uncalibrated."""
-
-    fixed: dict[str, float | None] = field(default_factory=dict)
-    per_engine: dict[str, dict[str, float | None]] = field(default_factory=dict)
-    margin: float = 0.0
-
-    OTHER = "other"
-
-    def threshold(self, engine: str, category: str) -> float | None:
-        # Titles, headers and the like are judged as text.
-        category = ir.Category(str(getattr(category, "value", category))).scored_as.value
-        if self.fixed.get(category) is not None:
-            return self.fixed[category]
-        by_category = self.per_engine.get(engine, self.per_engine.get(self.OTHER, {}))
-        return by_category.get(category)
-
-
-def policy_for(settings: Settings) -> Policy:
-    """The settings' thresholds where set; the consensus calibration's per (engine,
-    category) thresholds and margin otherwise."""
-    fixed = {c.value: settings.threshold(c.value) for c in ir.Category}
-    if settings.scorer != "consensus":
-        return Policy(fixed=fixed)
-    from ocrfleet.scorers.consensus import WEIGHTS_PATH, load_calibration
-
-    calibration = load_calibration(WEIGHTS_PATH)
-    return Policy(fixed=fixed, per_engine=calibration.thresholds, margin=calibration.margin)
 
 
 def score_units(
@@ -127,8 +95,9 @@ def decide(
     settings: Settings,
     policy: Policy | None = None,
 ) -> list[ir.Decision]:
-    """One decision per region, in region order. `policy` defaults to `policy_for(settings)`."""
-    policy = policy_for(settings) if policy is None else policy
+    """One decision per region, in region order. `policy` defaults to the configured
+    scorer's (`load_policy(settings)`)."""
+    policy = load_policy(settings) if policy is None else policy
     score_of = {(score.region_number, score.engine): score for score in scores}
     decisions = []
     for region in regions:
@@ -201,6 +170,11 @@ def _decide_region(
             accepted=False,
             flag_reason=f"{NOT_SCORED}:{verdict}",
         )
+    if policy.accept is not None:
+        scores = {c.engine: score_of[(region.number, c.engine)] for _, c in scored}
+        engine = policy.accept(region, [c for _, c in scored], scores)
+        if engine is not None:
+            return ir.Decision(region_number=region.number, chosen_engine=engine, accepted=True)
     best_score, best = choose(scored, policy.margin)
     threshold = policy.threshold(best.engine, region.category)
     if threshold is None:

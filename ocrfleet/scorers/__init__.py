@@ -11,7 +11,7 @@ from ocrfleet.config import Settings
 
 if TYPE_CHECKING:
     from ocrfleet.engines.base import Recogniser
-    from ocrfleet.scorers.base import Scorer
+    from ocrfleet.scorers.base import Policy, Scorer
 
 SCORERS = ("consensus", "jev")
 
@@ -49,6 +49,15 @@ def load_scorer(settings: Settings) -> Scorer:
     from ocrfleet.scorers.consensus import ConsensusScorer
 
     return ConsensusScorer(settings, second_readers(settings))
+
+
+def load_policy(settings: Settings) -> Policy:
+    """The configured scorer's policy (thresholds, margin, its own rule); loads no model."""
+    if settings.scorer == "jev":
+        from ocrfleet.scorers.jev import policy
+    else:
+        from ocrfleet.scorers.consensus import policy
+    return policy(settings)
 
 
 def describe_scorer(settings: Settings) -> dict[str, Any]:

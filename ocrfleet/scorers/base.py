@@ -1,14 +1,18 @@
 """The scorer interface: every verifier judges (crop, candidate text, category) units in
-batches and returns one `Score` per unit, with a verdict that says whether it really ran."""
+batches and returns one `Score` per unit, with a verdict that says whether it really ran,
+and brings its own `Policy` (thresholds, best-of-N margin, any rule of its own) so the
+review routing never needs to know which scorer produced the scores."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from PIL import Image
 
 from ocrfleet import ir
+from ocrfleet.config import Settings
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,44 @@ class Unit:
     word_confidence: float | None = None
 
 
+# A scorer's own acceptance rule, asked before its thresholds: given a region, its candidates
+# that carry a score (engine order) and those scores by engine, the engine whose candidate it
+# accepts, or None to leave the decision to the thresholds.
+AcceptRule = Callable[[ir.Region, Sequence[ir.Candidate], Mapping[str, ir.Score]], str | None]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How a scorer's scores become decisions. Thresholds by (engine, category): `fixed` (a
+    category's setting) applies to every engine; otherwise `per_engine` decides, its OTHER
+    key standing for engines it does not name; a None threshold means uncalibrated. `margin`
+    is the best-of-N margin; `accept` the scorer's own rule, if it has one."""
+
+    fixed: dict[str, float | None] = field(default_factory=dict)
+    per_engine: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    margin: float = 0.0
+    accept: AcceptRule | None = None
+
+    OTHER = "other"
+
+    def threshold(self, engine: str, category: str) -> float | None:
+        # Titles, headers and the like are judged as text.
+        category = ir.Category(str(getattr(category, "value", category))).scored_as.value
+        if self.fixed.get(category) is not None:
+            return self.fixed[category]
+        by_category = self.per_engine.get(engine, self.per_engine.get(self.OTHER, {}))
+        return by_category.get(category)
+
+
+def settings_thresholds(settings: Settings) -> dict[str, float | None]:
+    """The thresholds the settings fix per category (None: the scorer's policy decides)."""
+    return {category.value: settings.threshold(category.value) for category in ir.Category}
+
+
 class Scorer(Protocol):
+    """A verifier. Its module also provides `policy(settings) -> Policy`, which
+    `ocrfleet.scorers.load_policy` calls without loading a model."""
+
     name: str
     version: str  # enters run_id: model revision, renderer version, calibration hash
 

@@ -33,7 +33,7 @@ from PIL import Image
 from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.engines.base import Recogniser
-from ocrfleet.scorers.base import Unit, judgement
+from ocrfleet.scorers.base import Policy, Unit, judgement, settings_thresholds
 from ocrfleet.scorers.features import (
     FEATURE_NAMES,
     Reading,
@@ -131,6 +131,17 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
 
 
 # ---- the scorer -----------------------------------------------------------------------
+
+
+def policy(settings: Settings) -> Policy:
+    """The settings' thresholds where set; the calibration's per (engine, category)
+    thresholds and best-of-N margin otherwise."""
+    calibration = load_calibration(WEIGHTS_PATH)
+    return Policy(
+        fixed=settings_thresholds(settings),
+        per_engine=calibration.thresholds,
+        margin=calibration.margin,
+    )
 
 
 def scorer_version(weights_sha256: str, readers: Sequence[tuple[str, str]]) -> str:

@@ -20,7 +20,7 @@ from PIL import Image
 from ocrfleet import ir
 from ocrfleet.checkpoints import folder_sha256 as _folder_sha256
 from ocrfleet.config import Settings
-from ocrfleet.scorers.base import Unit, judgement
+from ocrfleet.scorers.base import Policy, Unit, judgement, settings_thresholds
 from ocrfleet.scorers.precheck import precheck
 from ocrfleet.scorers.render import RenderError, content_bounds, render, renderer_version
 
@@ -59,6 +59,12 @@ class Prepared:
     index: int
     unit: Unit
     rendered: Image.Image
+
+
+def policy(settings: Settings) -> Policy:
+    """One threshold per category (the settings', else the classifier's decision boundary)
+    for every engine; no best-of-N margin."""
+    return Policy(fixed=settings_thresholds(settings))
 
 
 def _prompt_sha256() -> str:

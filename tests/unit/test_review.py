@@ -8,7 +8,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
-from ocrfleet.pipeline.review import Policy, decide, policy_for, score_units
+from ocrfleet.pipeline.review import decide, score_units
+from ocrfleet.scorers import load_policy
+from ocrfleet.scorers.base import Policy
 
 SETTINGS = Settings(threshold_text=0.6, threshold_formula=0.9, threshold_table=0.5)
 POLICY = Policy(fixed={"text": 0.6, "formula": 0.9, "table": 0.5}, margin=0.0)
@@ -215,9 +217,9 @@ def test_thresholds_per_engine_and_uncalibrated_kinds_go_to_review() -> None:
 
 
 def test_a_threshold_setting_overrides_the_calibration_for_every_engine() -> None:
-    policy = policy_for(Settings(threshold_text=0.25))
+    policy = load_policy(Settings(threshold_text=0.25))
     assert policy.threshold("rapidocr", "text") == policy.threshold("minicpm", "text") == 0.25
-    calibrated = policy_for(Settings())
+    calibrated = load_policy(Settings())
     from ocrfleet.scorers.consensus import WEIGHTS_PATH, load_calibration
 
     calibration = load_calibration(WEIGHTS_PATH)
@@ -286,3 +288,36 @@ def test_candidate_of_an_unknown_region_is_an_error(scorer) -> None:
     page, regions = _page()
     with pytest.raises(ValueError, match="region 9"):
         score_units(page, regions, [cand(9, "rapidocr", "x")], scorer)
+
+
+def test_a_scorers_own_rule_accepts_before_its_thresholds_and_sees_the_scores() -> None:
+    seen = []
+
+    def agree(region, candidates, scores):
+        seen.append((region.number, [c.engine for c in candidates], sorted(scores)))
+        texts = {c.text for c in candidates}
+        return candidates[0].engine if len(candidates) > 1 and len(texts) == 1 else None
+
+    policy = Policy(fixed={"text": 0.99}, accept=agree)
+    regions = [region(1), region(2)]
+    candidates = [
+        cand(1, "rapidocr", "same"),
+        cand(1, "tesseract", "same"),
+        cand(2, "rapidocr", "one"),
+        cand(2, "tesseract", "two"),
+    ]
+    scores = [
+        scored(1, "rapidocr", 0.5),
+        scored(1, "tesseract", 0.4),
+        scored(2, "rapidocr", 0.5),
+        scored(2, "tesseract", 0.4),
+    ]
+    decisions = decide(regions, candidates, scores, Settings(), policy)
+    assert [(d.chosen_engine, d.accepted, d.flag_reason) for d in decisions] == [
+        ("rapidocr", True, None),  # the rule accepted what the threshold would not
+        ("rapidocr", False, "all_candidates_below_threshold"),  # the rule left it to them
+    ]
+    assert seen == [
+        (1, ["rapidocr", "tesseract"], ["rapidocr", "tesseract"]),
+        (2, ["rapidocr", "tesseract"], ["rapidocr", "tesseract"]),
+    ]
