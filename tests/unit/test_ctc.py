@@ -1,0 +1,193 @@
+"""CTC evidence: the forward algorithm against brute force, greedy decoding, evidence,
+characters outside the alphabet, pruning and the posterior cache."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ocrfleet.scorers.ctc import (
+    BLANK,
+    UNKNOWN_LOG_PROB,
+    Posterior,
+    PosteriorCache,
+    crop_key,
+    prune,
+)
+
+
+def _random_posterior(rng: np.random.Generator, frames: int, classes: int) -> Posterior:
+    logits = rng.normal(scale=2.0, size=(frames, classes))
+    log_probs = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    charset = (BLANK, *"abcdefgh"[: classes - 1])
+    return Posterior("test", log_probs.astype(np.float32), charset)
+
+
+def _brute_force(posterior: Posterior, text: str) -> float:
+    """Sum over every path of T classes whose collapse (merge repeats, drop blanks) is text."""
+    lp = posterior.log_probs.astype(np.float64)
+    frames, classes = lp.shape
+    total = -math.inf
+    for path in itertools.product(range(classes), repeat=frames):
+        collapsed = [c for i, c in enumerate(path) if c != 0 and (i == 0 or path[i - 1] != c)]
+        if "".join(posterior.charset[c] for c in collapsed) == text:
+            total = np.logaddexp(total, sum(lp[t, c] for t, c in enumerate(path)))
+    return float(total)
+
+
+def test_forward_equals_brute_force_on_tiny_random_posteriors() -> None:
+    rng = np.random.default_rng(17)
+    checked = impossible = 0
+    for frames in range(1, 7):
+        for classes in (2, 3):
+            posterior = _random_posterior(rng, frames, classes)
+            letters = posterior.charset[1:]
+            texts = [""] + [
+                "".join(p) for n in range(1, 4) for p in itertools.product(letters, repeat=n)
+            ]
+            for text in texts:
+                expected = _brute_force(posterior, text)
+                got = posterior.log_likelihood(text)
+                if math.isinf(expected):
+                    assert got == -math.inf, (frames, classes, text)
+                    impossible += 1
+                else:
+                    assert got == pytest.approx(expected, abs=1e-5), (frames, classes, text)
+                    checked += 1
+    assert checked > 60 and impossible > 10  # both kinds of text were compared
+
+
+def test_likelihoods_of_all_texts_sum_to_one() -> None:
+    """Every path collapses to exactly one text: P(text) over all texts sums to 1."""
+    posterior = _random_posterior(np.random.default_rng(3), 5, 3)
+    texts = [""] + ["".join(p) for n in range(1, 6) for p in itertools.product("ab", repeat=n)]
+    total = np.logaddexp.reduce([posterior.log_likelihood(t) for t in texts])
+    assert total == pytest.approx(0.0, abs=1e-5)
+
+
+def _sharp(path: str, charset: tuple[str, ...], sure: float = 0.9) -> Posterior:
+    """A posterior whose best class per frame follows `path` ('-' = blank)."""
+    columns = {c: i for i, c in enumerate(charset)}
+    rest = (1.0 - sure) / (len(charset) - 1)
+    probs = np.full((len(path), len(charset)), rest)
+    for t, char in enumerate(path):
+        probs[t, 0 if char == "-" else columns[char]] = sure
+    return Posterior("test", np.log(probs).astype(np.float32), charset)
+
+
+CHARSET = (BLANK, "a", "b", "c", " ")
+
+
+def test_greedy_merges_repeats_and_drops_blanks() -> None:
+    assert _sharp("-aa-a-bb--c", CHARSET).text() == "aabc"
+    assert _sharp("a b", CHARSET).text() == "a b"
+    assert _sharp("----", CHARSET).text() == ""
+
+
+def test_repeated_character_needs_a_blank_between() -> None:
+    assert _sharp("aa", CHARSET).log_likelihood("aa") == -math.inf  # two frames, no blank
+    assert math.isfinite(_sharp("a-a", CHARSET).log_likelihood("aa"))
+    assert _sharp("ab", CHARSET).log_likelihood("abc") == -math.inf  # longer than the frames
+
+
+def test_empty_text_is_the_all_blank_path() -> None:
+    posterior = _sharp("-a--", CHARSET)
+    expected = float(posterior.log_probs[:, 0].astype(np.float64).sum())
+    assert posterior.log_likelihood("") == pytest.approx(expected)
+    assert _sharp("----", CHARSET).log_likelihood("") > posterior.log_likelihood("")
+    evidence = _sharp("----", CHARSET).evidence()
+    assert (evidence.min_char_prob, evidence.min_margin) == (1.0, 1.0)
+    assert Posterior("test", np.zeros((0, 5), np.float32), CHARSET).log_likelihood("") == 0.0
+
+
+def test_greedy_reading_beats_every_substitution() -> None:
+    posterior = _sharp("-ab-c-", CHARSET)
+    best = posterior.log_likelihood("abc")
+    for i, char in itertools.product(range(3), "abc "):
+        other = "abc"[:i] + char + "abc"[i + 1 :]
+        if other != "abc":
+            assert posterior.log_likelihood(other) < best
+
+
+def test_unknown_characters_score_the_floor_and_never_raise() -> None:
+    posterior = _sharp("-ab-", CHARSET)
+    assert posterior.missing("abé€a") == "é€"
+    foreign = posterior.log_likelihood("aé")
+    assert math.isfinite(foreign)
+    # The foreign character costs about the floor per frame it takes, far below any known one.
+    assert foreign < posterior.log_likelihood("ac") + UNKNOWN_LOG_PROB / 2
+    assert posterior.log_likelihood("éé") < foreign  # two foreign characters cost more
+
+
+def test_evidence_finds_the_weakest_character() -> None:
+    probs = np.full((5, 5), 0.02)
+    probs[0, 1], probs[0, 0] = 0.9, 0.04  # a: sure
+    probs[1, 0] = 0.92  # blank
+    probs[2, 2], probs[2, 3] = 0.50, 0.44  # b, with c close behind
+    probs[3, 0] = 0.92
+    probs[4, 3], probs[4, 0] = 0.8, 0.14  # c
+    posterior = Posterior("test", np.log(probs).astype(np.float32), CHARSET)
+    assert posterior.text() == "abc"
+    evidence = posterior.evidence()
+    assert evidence.min_char_prob == pytest.approx(0.50, abs=1e-5)
+    assert evidence.min_margin == pytest.approx(0.06, abs=1e-5)
+    greedy = math.log(0.9) + 2 * math.log(0.92) + math.log(0.5) + math.log(0.8)
+    assert evidence.mean_log_prob == pytest.approx(greedy / 3, abs=1e-5)
+
+
+def test_a_character_is_judged_at_its_most_confident_frame() -> None:
+    probs = np.full((3, 5), 0.01)
+    probs[:, 0] = [0.4, 0.02, 0.4]
+    probs[:, 1] = [0.57, 0.95, 0.57]  # 'a' over three frames, sure in the middle one
+    posterior = Posterior("test", np.log(probs).astype(np.float32), CHARSET)
+    assert posterior.text() == "a"
+    assert posterior.evidence().min_char_prob == pytest.approx(0.95, abs=1e-5)
+
+
+def test_duplicate_columns_of_one_character_add_up() -> None:
+    probs = np.array([[0.2, 0.3, 0.5]])
+    posterior = Posterior("test", np.log(probs).astype(np.float32), (BLANK, "x", "x"))
+    assert posterior.log_likelihood("x") == pytest.approx(math.log(0.8), abs=1e-6)
+
+
+def test_shape_mismatch_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="charset"):
+        Posterior("test", np.zeros((3, 4), np.float32), CHARSET)
+    with pytest.raises(ValueError, match="blank"):
+        Posterior("test", np.zeros((3, 2), np.float32), ("a", "b"))
+
+
+def test_prune_keeps_what_matters_and_bounds_the_rest() -> None:
+    rng = np.random.default_rng(5)
+    classes = 200
+    logits = rng.normal(size=(12, classes)) - 30.0  # most classes near zero probability
+    logits[:, :6] += 32.0  # a few classes carry the weight
+    probs = np.exp(logits - np.logaddexp.reduce(logits, axis=1, keepdims=True))
+    charset = (BLANK, *(chr(0x4E00 + i) for i in range(classes - 1)))
+    full = Posterior("test", np.log(probs).astype(np.float32), charset)
+    pruned = prune("test", probs, charset)
+    assert len(pruned.charset) < 20
+    assert pruned.text() == full.text()
+    kept = "".join(pruned.charset[1:4])
+    assert pruned.log_likelihood(kept) == pytest.approx(full.log_likelihood(kept), abs=1e-4)
+    dropped = next(c for c in charset[1:] if c not in pruned.charset)
+    assert pruned.floor == pytest.approx(math.log(1e-5))
+    assert full.log_likelihood(dropped) <= pruned.log_likelihood(dropped)
+
+
+def test_cache_is_bounded_and_keyed_by_pixels() -> None:
+    one = Image.new("L", (8, 4), 255)
+    two = one.copy()
+    two.putpixel((0, 0), 0)
+    assert crop_key(one) == crop_key(one.copy()) != crop_key(two)
+    posterior = _sharp("-ab-", CHARSET)
+    cache = PosteriorCache(max_bytes=posterior.log_probs.nbytes * 2)
+    for n in range(3):
+        cache.put("v1", str(n), posterior)
+    assert cache.get("v1", "0") is None  # the oldest went first
+    assert cache.get("v1", "2") is posterior
+    assert cache.get("v2", "2") is None  # another model version is another entry
