@@ -32,7 +32,8 @@ def render(doc: DocumentView) -> str:
     description = _el(root, "Description")
     _el(description, "MeasurementUnit").text = "pixel"
     source = _el(description, "sourceImageInformation")
-    _el(source, "fileName").text = str((doc.meta or {}).get("filename") or doc.source_uri)
+    if filename := doc.filename:  # never the store URI: that is the fleet's, not the tenant's
+        _el(source, "fileName").text = filename
     processing = _el(description, "Processing", ID="ocrfleet")
     software = _el(processing, "processingSoftware")
     _el(software, "softwareName").text = "ocrfleet"

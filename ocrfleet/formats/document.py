@@ -7,6 +7,7 @@ boxes in the region (`pipeline.words`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,23 @@ class DocumentView:
     dpi: int
     pages: list[PageView]
 
+    @property
+    def filename(self) -> str | None:
+        """The name the input was submitted under, if any: outputs name their source by it,
+        never by `source_uri`, the fleet's own store URI."""
+        name = (self.meta or {}).get("filename")
+        return str(name) if name else None
+
+
+_STORE_URI = re.compile(r"\b(?:s3|file)://\S*[^\s:;,.)]")
+
+
+def public_reason(reason: str | None) -> str | None:
+    """A failure reason as a tenant may read it: store URIs (the fleet's bucket, prefix and
+    keys, or a worker's paths) replaced by `<store object>`; the rest, the error's kind and
+    what went wrong, as stored."""
+    return _STORE_URI.sub("<store object>", reason) if reason else reason
+
 
 def union(boxes: Any) -> ir.BBox:
     boxes = list(boxes)
@@ -144,7 +162,7 @@ def load_document(session: Session, document_id: int) -> DocumentView:
         source_uri=doc.source_uri,
         media_type=doc.media_type,
         status=doc.status,
-        reason=doc.reason,
+        reason=public_reason(doc.reason),
         page_count=doc.page_count,
         pages_done=doc.pages_done,
         pages_failed=doc.pages_failed,
@@ -156,7 +174,7 @@ def load_document(session: Session, document_id: int) -> DocumentView:
                 width=page.width,
                 height=page.height,
                 status=page.status,
-                reason=page.reason,
+                reason=public_reason(page.reason),
                 image_uri=page.image_uri,
                 regions=region_views(load_page_result(session, page.id))
                 if page.status == ir.PageStatus.done

@@ -1,6 +1,7 @@
 """hOCR 1.2: one `ocr_page` per page, an `ocr_carea` per region, an `ocr_line` per line of
 its words and an `ocrx_word` per word, each with its `bbox`; words carry `x_wconf` (0-100)
-where the engine gave a confidence."""
+where the engine gave a confidence. Text and the title are HTML-escaped; pages carry no
+`image` property, whose value would be the fleet's own store URI of the page image."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def render(doc: DocumentView) -> str:
         '    "http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">',
         '<html xmlns="http://www.w3.org/1999/xhtml" xml:lang="en" lang="en">',
         "<head>",
-        f"<title>{escape(str((doc.meta or {}).get('filename') or doc.sha256))}</title>",
+        f"<title>{escape(doc.filename or doc.sha256)}</title>",
         '<meta http-equiv="Content-Type" content="text/html;charset=utf-8"/>',
         '<meta name="ocr-system" content="ocrfleet"/>',
         '<meta name="ocr-capabilities" content="ocr_page ocr_carea ocr_line ocrx_word"/>',
@@ -35,7 +36,7 @@ def render(doc: DocumentView) -> str:
         full = ir.BBox(x0=0, y0=0, x1=page.width, y1=page.height)
         out.append(
             f'<div class="ocr_page" id="page_{p}" '
-            f'title="image &quot;{escape(page.image_uri)}&quot;; {_bbox(full)}; ppageno {p - 1}">'
+            f'title="{_bbox(full)}; ppageno {p - 1}">'
         )
         for region in page.regions:
             r = region.region.number

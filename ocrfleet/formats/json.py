@@ -1,5 +1,6 @@
 """JSON: the document, its pages, each page's regions in reading order with final text,
-review verdict and flag, every candidate with its scores, and the words of the final text."""
+review verdict and flag, every candidate with its scores, and the words of the final text.
+The source is named by `meta.filename` where one was given, never by its store URI."""
 
 from __future__ import annotations
 
@@ -81,7 +82,6 @@ def as_dict(doc: DocumentView) -> dict[str, Any]:
         "id": doc.id,
         "run_id": doc.run_id,
         "sha256": doc.sha256,
-        "source_uri": doc.source_uri,
         "media_type": doc.media_type,
         "status": doc.status,
         "reason": doc.reason,

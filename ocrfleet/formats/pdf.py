@@ -37,7 +37,7 @@ def render(doc: DocumentView, images: PageImages) -> bytes:
     pdf.set_auto_page_break(False)
     pdf.set_margin(0)
     pdf.set_creator("ocrfleet")
-    pdf.set_title(str((doc.meta or {}).get("filename") or doc.sha256))
+    pdf.set_title(doc.filename or doc.sha256)
     pdf.add_font("text-layer", fname=str(FONT))
     scale = 72.0 / doc.dpi
     for page in doc.pages:
