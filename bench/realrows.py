@@ -20,16 +20,30 @@ Every crop is read by RapidOCR and tesseract once (text, line confidence, least 
 confidence); the readings are cached per set in
 `bench/out/realrows/<set>.jsonl` (gitignored) under the engines' versions, so a refit costs
 no engine time. A document already in the cache with the same versions is not read again.
+
+A second pass (`--ctc`) adds what the CTC models say about each crop, cached in
+`bench/out/realrows/<set>.ctc.jsonl` by the crop (image and box), never re-reading
+tesseract: EasyOCR's reading (the third reader, as a candidate engine), and per CTC model
+(RapidOCR's, EasyOCR's) its greedy reading, its character evidence and the log-likelihood
+of every text the training asks about (each engine's reading, the truth and its
+augmentations). A text the cache lacks (a corrected label) is scored by running only the
+CTC models on that crop again.
+
+Labels are the annotation's text as audited: each cached row records its ground-truth
+line's identity in the annotation (`line`) and the annotation's text, and `load_rows`
+applies `bench/label_audit.py`'s corrections, so a correction changes labels without any
+engine reading again.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -66,10 +80,13 @@ class RealRow:
     source: str  # "det" (detected region) or "gt" (ground-truth box / line image)
     image: str  # path of the page or line image
     bbox: tuple[int, int, int, int] | None  # on `image`; None: the whole image
-    truth: str
+    truth: str  # the annotation's text as audited (bench/label_audit.py)
     case_sensitive: bool
     # engine -> (text, confidence, least word confidence), None if the read failed
     reads: dict[str, Reading | None]
+    line: str = ""  # the ground-truth line's identity in its annotation
+    # CTC model -> what it says about the crop (the `--ctc` pass); empty before that pass
+    ctc: dict[str, CtcRecord] = field(default_factory=dict)
 
     def crop(self) -> Image.Image:
         page = _image(self.image)
@@ -135,15 +152,17 @@ def match_by_overlap(
 # ---- the sets ---------------------------------------------------------------------------
 
 
-def _sroie_truth(receipt: str) -> list[tuple[tuple[int, int, int, int], str]]:
+def _sroie_truth(receipt: str) -> list[tuple[tuple[int, int, int, int], str, str]]:
+    """(box, annotation text, line: the 0-based row in box/<id>.csv) per transcribed line."""
     lines = []
-    for row in (SROIE / "box" / f"{receipt}.csv").read_text(encoding="utf-8").splitlines():
+    csv = (SROIE / "box" / f"{receipt}.csv").read_text(encoding="utf-8")
+    for n, row in enumerate(csv.splitlines()):
         parts = row.split(",", 8)
         if len(parts) < 9 or not parts[8].strip():
             continue
         xs = [int(v) for v in parts[0:8:2]]
         ys = [int(v) for v in parts[1:8:2]]
-        lines.append(((min(xs), min(ys), max(xs), max(ys)), parts[8].strip()))
+        lines.append(((min(xs), min(ys), max(xs), max(ys)), parts[8].strip(), str(n)))
     return lines
 
 
@@ -155,24 +174,25 @@ def sroie_docs(detector, shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[str,
         path = str(SROIE / "images" / f"{receipt}.jpg")
         page = _image(path)
         truth = []
-        for box, text in _sroie_truth(receipt):
+        for box, text, line in _sroie_truth(receipt):
             x0, y0 = max(0, box[0]), max(0, box[1])
             x1, y1 = min(page.width, box[2]), min(page.height, box[3])
             if x1 > x0 and y1 > y0:
-                truth.append(((x0, y0, x1, y1), text))
+                truth.append(((x0, y0, x1, y1), text, line))
         regions = detect_regions(page, detector)
         detected = [r.bbox.as_tuple() for r in regions]
-        matched = match_by_overlap(detected, [box for box, _ in truth])
+        matched = match_by_overlap(detected, [box for box, _, _ in truth])
         rows = []
         for i, j in sorted(matched.items()):
             rows.append(
                 RealRow("sroie", receipt, f"{receipt}/det{i}", "det", path, detected[i],
-                        truth[j][1], False, {})
+                        truth[j][1], False, {}, truth[j][2])
             )  # fmt: skip
-        for j, (box, text) in enumerate(truth if n % GT_EVERY == 0 else []):
+        for j, (box, text, line) in enumerate(truth if n % GT_EVERY == 0 else []):
             rows.append(
-                RealRow("sroie", receipt, f"{receipt}/gt{j}", "gt", path, box, text, False, {})
-            )
+                RealRow("sroie", receipt, f"{receipt}/gt{j}", "gt", path, box, text, False, {},
+                        line)
+            )  # fmt: skip
         yield receipt, rows
 
 
@@ -184,8 +204,11 @@ def uw3_docs() -> Iterator[tuple[str, list[RealRow]]]:
             if not gt.is_file():
                 continue
             truth = gt.read_text(encoding="utf-8").strip()
-            line_id = f"{folder.name}/{png.name.split('.')[0]}"
-            rows.append(RealRow("uw3", folder.name, line_id, "gt", str(png), None, truth, True, {}))
+            stem = png.name.split(".")[0]
+            rows.append(
+                RealRow("uw3", folder.name, f"{folder.name}/{stem}", "gt", str(png), None, truth,
+                        True, {}, stem)
+            )  # fmt: skip
         if rows:
             yield folder.name, rows
 
@@ -232,7 +255,7 @@ def unlv_docs(detector, readers: Sequence[Recogniser]) -> Iterator[tuple[str, li
                 continue
             rows.append(
                 RealRow("unlv", page, line_id, "det", image_path, box, truth, True,
-                        {name: r[k] for name, r in reads.items()})
+                        {name: r[k] for name, r in reads.items()}, str(best[1]))
             )  # fmt: skip
         yield page, rows
 
@@ -269,36 +292,60 @@ def cache_path(set_name: str, shard: tuple[int, int] = (0, 1)) -> Path:
     return OUT / (f"{set_name}.jsonl" if n == 1 else f"{set_name}.{k}of{n}.jsonl")
 
 
-def load_rows(set_name: str) -> list[RealRow]:
-    """The cached rows of one set (all its shards), readings keyed by engine name."""
+def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
+    """The cached rows of one set (all its shards), readings keyed by engine name, labels as
+    audited; with `ctc`, each row's CTC evidence too (the `--ctc` pass must have run)."""
+    from bench.label_audit import audited
+
     paths = sorted(OUT.glob(f"{set_name}.jsonl")) + sorted(OUT.glob(f"{set_name}.*of*.jsonl"))
     if not paths:
         raise FileNotFoundError(
             f"{cache_path(set_name)} is missing; run `python bench/realrows.py`"
         )
     lines = [line for path in paths for line in path.read_text(encoding="utf-8").splitlines()]
+    evidence = load_ctc(set_name) if ctc else {}
     rows = []
     for line in sorted(lines, key=lambda text: json.loads(text)["id"]):
         record = json.loads(line)
+        if "line" not in record:
+            raise ValueError(
+                f"{set_name} row {record['id']} has no ground-truth line identity (cached by "
+                f"an older realrows.py); run `python bench/realrows.py --sets {set_name}` "
+                f"(readings are reused, no engine reads again)"
+            )
         reads = {
             key.split("@", 1)[0]: (None if value is None else (*value, None)[:3])
             for key, value in record["reads"].items()
         }
         bbox = None if record["bbox"] is None else tuple(record["bbox"])
+        annotation = record["truth"]
+        if (
+            set_name == "sroie"
+            and record["source"] == "det"
+            and not _still_matched(record["doc"], bbox, annotation, record["line"])
+        ):
+            continue  # cached under a looser matching rule
+        truth = audited(set_name, record["doc"], record["line"], annotation)
         row = RealRow(
             record["set"], record["doc"], record["id"], record["source"], record["image"],
-            bbox, record["truth"], record["case_sensitive"], reads,
+            bbox, truth, record["case_sensitive"], reads, record["line"],
         )  # fmt: skip
-        if row.set == "sroie" and row.source == "det" and not _still_matched(row):
-            continue  # cached under a looser matching rule
+        if ctc:
+            found = evidence.get(crop_id(row))
+            if found is None:
+                raise ValueError(
+                    f"{set_name} row {row.id} has no CTC evidence; run "
+                    f"`python bench/realrows.py --ctc --sets {set_name}`"
+                )
+            row = replace(row, ctc=found)
         rows.append(row)
     return rows
 
 
-def _still_matched(row: RealRow) -> bool:
-    assert row.bbox is not None
+def _still_matched(doc: str, bbox, annotation: str, line: str) -> bool:
     return any(
-        text == row.truth and same_line(row.bbox, box) for box, text in _sroie_truth(row.doc)
+        text == annotation and n == line and same_line(bbox, box)
+        for box, text, n in _sroie_truth(doc)
     )
 
 
@@ -342,7 +389,7 @@ def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
         for n, row in enumerate(rows):
             records[row.id] = {
                 "set": row.set, "doc": row.doc, "id": row.id, "source": row.source,
-                "image": row.image, "bbox": row.bbox, "truth": row.truth,
+                "image": row.image, "bbox": row.bbox, "truth": row.truth, "line": row.line,
                 "case_sensitive": row.case_sensitive,
                 "reads": {keys[name]: value[n] for name, value in reads.items()},
             }  # fmt: skip
@@ -372,16 +419,164 @@ def _write(path: Path, records: dict[str, dict], rest: dict[str, dict]) -> None:
     tmp.replace(path)
 
 
+# ---- the CTC pass ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CtcRecord:
+    """What one CTC model says about one crop, as cached: its greedy reading, the evidence
+    on it, and log P(text | crop) for the texts training asks about."""
+
+    engine: str
+    text: str
+    min_char_prob: float
+    min_margin: float
+    mean_log_prob: float
+    log_likelihoods: dict[str, float]
+
+    def scores(self):
+        """As the scorer's `CtcScores`; a text not cached is an error that says what to run."""
+        from ocrfleet.scorers.features import CtcScores
+
+        def log_likelihood(text: str) -> float:
+            try:
+                return self.log_likelihoods[text]
+            except KeyError:
+                raise KeyError(
+                    f"no cached {self.engine} likelihood of {text!r}; run "
+                    f"`python bench/realrows.py --ctc`"
+                ) from None
+
+        return CtcScores(
+            self.engine, self.text, self.min_char_prob, self.min_margin, self.mean_log_prob,
+            log_likelihood,
+        )  # fmt: skip
+
+
+def crop_id(row: RealRow) -> str:
+    """The crop's identity in the CTC cache: its image and box (the same pixels)."""
+    return hashlib.sha1(
+        json.dumps([row.image, row.bbox]).encode(), usedforsecurity=False
+    ).hexdigest()
+
+
+def ctc_path(set_name: str, shard: tuple[int, int] = (0, 1)) -> Path:
+    k, n = shard
+    return OUT / (f"{set_name}.ctc.jsonl" if n == 1 else f"{set_name}.ctc.{k}of{n}.jsonl")
+
+
+def _ctc_records(set_name: str) -> dict[str, dict]:
+    paths = sorted(OUT.glob(f"{set_name}.ctc.jsonl")) + sorted(
+        OUT.glob(f"{set_name}.ctc.*of*.jsonl")
+    )
+    records = {}
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            records[record["crop"]] = record
+    return records
+
+
+def load_ctc(set_name: str) -> dict[str, dict[str, CtcRecord]]:
+    """crop id -> CTC records by model name."""
+    out = {}
+    for key, record in _ctc_records(set_name).items():
+        out[key] = {
+            name.split("@", 1)[0]: CtcRecord(
+                name.split("@", 1)[0], m["text"], *m["evidence"], m["ll"]
+            )
+            for name, m in record["models"].items()
+        }
+    return out
+
+
+def texts_to_score(row: RealRow, partner: RealRow | None, greedy: Sequence[str]) -> set[str]:
+    """Every text whose likelihood training may ask for on this crop, as the scorer sees
+    them (whitespace folded): each reading, the augmentation's texts
+    (bench/train_consensus.py), and each model's greedy reading (also as given)."""
+    from bench.train_consensus import augmented_texts
+    from ocrfleet.metrics import normalize_ws
+
+    texts = {r[0] for r in row.reads.values() if r is not None}
+    texts.update(augmented_texts(row, partner))
+    texts.update(greedy)
+    return {normalize_ws(t) for t in texts} | set(greedy)
+
+
+def _finite(value: float) -> float:
+    """JSON has no -inf: a text the frames cannot emit is cached at a very low value."""
+    return max(float(value), -1e6)
+
+
+def fill_ctc(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
+    """The CTC pass over the cached rows of `set_name`: every crop whose record is missing,
+    from other model versions, or lacks a text, is read by the CTC models (batched per
+    document); tesseract never reads."""
+    from bench.train_consensus import partner_of
+    from ocrfleet.scorers import second_readers
+
+    readers = [r for r in second_readers(settings) if callable(getattr(r, "posteriors", None))]
+    if not readers:
+        raise RuntimeError("no CTC reader (one with `posteriors`) among the second readers")
+    keys = {reader.name: _engine_key(reader) for reader in readers}
+    rows = load_rows(set_name)
+    partner = partner_of(rows)
+    path = ctc_path(set_name, shard)
+    cached = _ctc_records(set_name)
+    records: dict[str, dict] = {}
+    started, count = time.perf_counter(), 0
+    for n_doc, doc in enumerate(sorted({row.doc for row in rows})):
+        if n_doc % shard[1] != shard[0]:
+            continue
+        todo = []
+        for row in (r for r in rows if r.doc == doc):
+            record = cached.get(crop_id(row))
+            if record is not None and set(record["models"]) == set(keys.values()):
+                greedy = [m["text"] for m in record["models"].values()]
+                wanted = texts_to_score(row, partner(row), greedy)
+                if all(wanted <= set(m["ll"]) for m in record["models"].values()):
+                    records[crop_id(row)] = record
+                    continue
+            todo.append(row)
+        if not todo:
+            continue
+        crops = [row.crop() for row in todo]
+        posteriors = {reader.name: reader.posteriors(crops) for reader in readers}
+        for k, row in enumerate(todo):
+            greedy = [posteriors[name][k].text() for name in keys]
+            texts = sorted(texts_to_score(row, partner(row), greedy))
+            models = {}
+            for name, key in keys.items():
+                posterior = posteriors[name][k]
+                evidence = posterior.evidence()
+                models[key] = {
+                    "text": posterior.text(),
+                    "evidence": [
+                        evidence.min_char_prob, evidence.min_margin, evidence.mean_log_prob
+                    ],
+                    "ll": {t: _finite(posterior.log_likelihood(t)) for t in texts},
+                }  # fmt: skip
+            records[crop_id(row)] = {"crop": crop_id(row), "id": row.id, "models": models}
+        count += len(todo)
+        _write(path, records, {})
+        print(f"{set_name} {doc}: {len(todo)} crops ({time.perf_counter() - started:.0f} s)")
+    _write(path, records, {})
+    print(f"{set_name}: {len(records)} crops, {count} read by the CTC models")
+
+
 def main(argv: list[str] | None = None) -> None:
     from ocrfleet.config import Settings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--shard", default="0/1", help="k/n: this process reads every n-th doc")
+    parser.add_argument(
+        "--ctc", action="store_true", help="the CTC pass over the cached rows (after the first)"
+    )
     args = parser.parse_args(argv)
     k, n = (int(v) for v in args.shard.split("/"))
     for set_name in args.sets.split(","):
-        fill(set_name, Settings(layout=LAYOUT), (k, n))
+        (fill_ctc if args.ctc else fill)(set_name, Settings(layout=LAYOUT), (k, n))
 
 
 if __name__ == "__main__":
