@@ -1,4 +1,5 @@
-"""HTTP API commands: `ocrfleet api`, `ocrfleet keys add|revoke`, `ocrfleet cancel`.
+"""HTTP API commands: `ocrfleet api`, `ocrfleet keys add|revoke|webhook-secret|
+rotate-webhook-secret`, `ocrfleet cancel`.
 
 `register(app)` adds them to the main typer app (ocrfleet/cli.py)."""
 
@@ -54,7 +55,47 @@ def keys_add(tenant: Annotated[str, typer.Argument(help="the tenant the key acts
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     typer.echo(key)
-    typer.echo(f"key {key_id} for tenant {tenant!r}; store it now, it is not shown again", err=True)
+    typer.echo(
+        f"key {key_id} for tenant {tenant!r}; store it now, it is not shown again. Its "
+        f"callbacks are signed with kid={key_id}: `ocrfleet keys webhook-secret {key_id}` "
+        "prints the secret for the tenant's receiver",
+        err=True,
+    )
+
+
+@keys_app.command("webhook-secret")
+def keys_webhook_secret(
+    key_id: Annotated[int, typer.Argument(help="the id `keys add` printed")],
+) -> None:
+    """Print the secret that signs the callbacks of KEY_ID's documents (kid=KEY_ID)."""
+    from ocrfleet.api.keys import webhook_secret
+    from ocrfleet.config import get_settings
+    from ocrfleet.db.session import session_scope
+
+    with session_scope(get_settings().database_url) as session:
+        secret = webhook_secret(session, key_id)
+    if secret is None:
+        typer.echo(f"error: no key {key_id}", err=True)
+        raise typer.Exit(1)
+    typer.echo(secret)
+
+
+@keys_app.command("rotate-webhook-secret")
+def keys_rotate_webhook_secret(
+    key_id: Annotated[int, typer.Argument(help="the id `keys add` printed")],
+) -> None:
+    """Replace KEY_ID's webhook secret and print the new one. It applies at once, retries of
+    earlier callbacks included: give the receiver the new secret first, or accept both."""
+    from ocrfleet.api.keys import rotate_webhook_secret
+    from ocrfleet.config import get_settings
+    from ocrfleet.db.session import session_scope
+
+    with session_scope(get_settings().database_url) as session:
+        secret = rotate_webhook_secret(session, key_id)
+    if secret is None:
+        typer.echo(f"error: no key {key_id}", err=True)
+        raise typer.Exit(1)
+    typer.echo(secret)
 
 
 @keys_app.command("revoke")

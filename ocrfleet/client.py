@@ -189,12 +189,15 @@ def submit(
     priority: str = "normal",
     metadata: dict[str, Any] | None = None,
     callback_url: str | None = None,
+    webhook_key_id: int | None = None,
     settings: Settings | None = None,
 ) -> int:
     """Submit a PDF or image (bytes, a seekable binary file, a path, or an s3:// / file://
     URI the workers can read); returns the document id. `priority="high"` is for
     interactive uploads. `metadata["tenant"]`, if any, names the tenant the document is
-    kept under. `callback_url` gets a signed POST when the document finishes."""
+    kept under. `callback_url` gets a signed POST when the document finishes: signed with
+    the webhook secret of API key `webhook_key_id` (the HTTP API passes the caller's), or
+    without one, with OCRFLEET_WEBHOOK_SECRET."""
     from ocrfleet.webhooks import check_url
 
     settings = settings or get_settings()
@@ -205,9 +208,13 @@ def submit(
             "(use `ocrfleet run` to process in-process)"
         )
     if callback_url is not None:
-        if not settings.webhook_secret:
+        if webhook_key_id is None and not settings.webhook_secret:
             raise SubmitError("a callback_url needs OCRFLEET_WEBHOOK_SECRET to sign with")
-        check_url(callback_url, allow_private=settings.webhook_allow_private)
+        check_url(
+            callback_url,
+            allow_private=settings.webhook_allow_private,
+            timeout_s=settings.webhook_timeout_s,
+        )
     if hasattr(source, "read"):  # a file: hashed, then streamed to the store
         data: bytes | BinaryIO = source  # type: ignore[assignment]
         uri, filename = None, None
@@ -240,6 +247,7 @@ def submit(
                 "priority": priority,
                 "meta": meta or None,
                 "callback_url": callback_url,
+                "webhook_key_id": webhook_key_id if callback_url is not None else None,
                 "status": ir.DocumentStatus.pending.value,
             },
             key=models.DOCUMENT_KEY,

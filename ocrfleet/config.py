@@ -178,7 +178,9 @@ class Settings(BaseSettings):
         None, description="base URL of the API, for the result links in webhooks"
     )
     webhook_secret: str | None = Field(
-        None, description="HMAC-SHA256 key of X-Ocrfleet-Signature; callbacks need it"
+        None,
+        description="signs callbacks of documents submitted without an API key (kid=fleet); "
+        "an API key's documents are signed with that key's own secret",
     )
     webhook_allow_private: bool = Field(
         False, description="allow callback URLs on private or loopback addresses (SSRF)"
@@ -186,7 +188,12 @@ class Settings(BaseSettings):
     webhook_max_attempts: int = Field(8, ge=1)
     webhook_backoff_s: float = Field(2.0, gt=0, description="first retry delay, doubling")
     webhook_backoff_max_s: float = Field(600.0, gt=0)
-    webhook_timeout_s: float = Field(10.0, gt=0)
+    webhook_timeout_s: float = Field(
+        10.0, gt=0, description="one deadline per attempt: resolve, connect, TLS, send, status"
+    )
+    webhook_concurrency: int = Field(
+        4, ge=1, description="delivery threads of the `webhooks` worker child"
+    )
     # Robustness (issue 8): every library cache and temp file of a process goes here, never
     # under $HOME; page orientation is corrected when the classifier is this sure.
     cache_dir: Path = Path("./ocrfleet-cache")

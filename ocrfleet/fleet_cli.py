@@ -26,7 +26,11 @@ WORKER_HELP = "Start workers: one process per device for `gpu`, a CPU pool for `
 
 def worker(
     queues: Annotated[
-        str, typer.Option(help="roles to consume, comma-separated: gpu, ingest, or gpu,ingest")
+        str,
+        typer.Option(
+            help="roles to consume, comma-separated: gpu, ingest, webhooks (ingest brings a "
+            "webhooks child too)"
+        ),
     ] = "gpu",
     devices: Annotated[
         str, typer.Option(help="auto | all | 0,2 | cpu:N (for the gpu role)")
@@ -70,6 +74,8 @@ def worker(
             loglevel=loglevel,
             include=include or (),
             events=events,
+            # A scaled launcher runs the slots the scheduler asks for: device workers only.
+            webhook_threads=0 if scaled else settings.webhook_concurrency,
         )
         if scaled and "gpu" not in roles:
             raise ValueError("--scaled scales device workers: --queues must include gpu")

@@ -168,6 +168,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(
                 401, "a valid API key is required", headers={"WWW-Authenticate": "Bearer"}
             )
+        request.state.api_key_id = keys.key_id(key)  # its secret signs the callbacks
         wait = limiter.take(key)
         if wait > 0:
             raise HTTPException(
@@ -209,6 +210,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/v1/documents", status_code=202)
     def submit(
+        request: Request,
         tenant: Tenant,
         file: Annotated[UploadFile | None, File(description="a PDF or image")] = None,
         uri: Annotated[str | None, Form(description="s3:// URI instead of a file")] = None,
@@ -236,6 +238,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 priority=priority,
                 metadata=meta,
                 callback_url=callback_url,
+                webhook_key_id=request.state.api_key_id,
                 settings=settings,
             )
         except (UnsafeCallbackURL, ValueError) as exc:

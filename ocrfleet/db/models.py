@@ -111,6 +111,9 @@ class Document(Base):
     # not yet claimed; set once, by the one process that enqueues the delivery).
     callback_url: Mapped[str | None] = mapped_column(Text)
     callback_state: Mapped[str | None] = mapped_column(String(16))
+    # The API key whose webhook secret signs the callbacks (NULL: submitted without one,
+    # signed with OCRFLEET_WEBHOOK_SECRET).
+    webhook_key_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
@@ -294,24 +297,29 @@ class ScalingDecision(Base):
 
 
 class ApiKey(Base):
-    """An HTTP API key of one tenant; only the key's SHA-256 is stored."""
+    """An HTTP API key of one tenant; only the key's SHA-256 is stored. Its webhook secret
+    signs the callbacks of documents submitted with it, so it is kept as is (an HMAC key
+    must be at hand to sign; see ocrfleet.api.keys)."""
 
     __tablename__ = "api_keys"
     __table_args__ = (UniqueConstraint("key_hash"),)
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(128), index=True)
     key_hash: Mapped[str] = mapped_column(String(64))
+    webhook_secret: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Delivery(Base):
-    """One attempt to POST a document's completion webhook."""
+    """One attempt to POST one of a document's webhooks: its completion, or a `reviewed`
+    event. `delivery` is the id receivers dedupe on, the body's `delivery`."""
 
     __tablename__ = "deliveries"
-    __table_args__ = (UniqueConstraint("document_id", "attempt"),)
+    __table_args__ = (UniqueConstraint("document_id", "delivery", "attempt"),)
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    delivery: Mapped[str] = mapped_column(String(64))
     attempt: Mapped[int] = mapped_column(Integer)
     url: Mapped[str] = mapped_column(Text)
     event: Mapped[str] = mapped_column(String(16))

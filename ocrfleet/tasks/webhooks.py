@@ -19,13 +19,16 @@ log = logging.getLogger(__name__)
 
 
 @app.task(name=webhooks.WEBHOOK_TASK, bind=True, max_retries=None)
-def deliver_webhook(self: Task, document_id: int) -> dict[str, Any]:
-    """One attempt; the next is this task again after the backoff, until `final`."""
+def deliver_webhook(self: Task, document_id: int, review_id: int | None = None) -> dict[str, Any]:
+    """One attempt of the completion webhook (or, with `review_id`, of a `reviewed` event);
+    the next is this task again after the backoff, until `final`. The attempt ends within
+    OCRFLEET_WEBHOOK_TIMEOUT_S however slowly the receiver answers."""
     settings = get_settings()
-    outcome = webhooks.deliver(settings, document_id)
+    outcome = webhooks.deliver(settings, document_id, review_id)
     log.info(
-        "webhook of document %s, attempt %s: %s",
+        "webhook of document %s%s, attempt %s: %s",
         document_id,
+        "" if review_id is None else f" (review {review_id})",
         outcome.attempt,
         outcome.status_code or outcome.error,
     )

@@ -51,6 +51,7 @@ def celery_argv(
     loglevel: str = "info",
     include: Sequence[str] = (),
     events: bool = False,
+    pool: str = "prefork",
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -64,7 +65,7 @@ def celery_argv(
         "--hostname",
         f"{name}@%h",
         "--pool",
-        "prefork",
+        pool,
         "--concurrency",
         str(concurrency),
         "--prefetch-multiplier",
@@ -89,12 +90,55 @@ def plan_children(
     loglevel: str = "info",
     include: Sequence[str] = (),
     events: bool = False,
+    webhook_threads: int = 0,
 ) -> list[ChildSpec]:
     """Children for `ocrfleet worker --queues ROLES --devices ...`.
 
     With the `gpu` role: one child per device, one pool process each, consuming the page
     queues (and `ingest` when asked for too). With `ingest` alone: one child without a GPU
-    whose pool has `concurrency` processes (default: every CPU)."""
+    whose pool has `concurrency` processes (default: every CPU). With `ingest` or
+    `webhooks` and `webhook_threads`: one more child, `webhooks`, whose pool of that many
+    threads consumes only the webhook queue (deliveries wait on receivers, not the CPU)."""
+    roles = [role.strip() for role in roles if role.strip()]
+    webhooks = webhook_threads > 0 and ("ingest" in roles or routing.WEBHOOK_QUEUE in roles)
+    roles = [role for role in roles if role != routing.WEBHOOK_QUEUE]
+    children = [_webhook_child(webhook_threads, loglevel, include, events)] if webhooks else []
+    if not roles and children:
+        return children
+    return _role_children(
+        roles,
+        devices,
+        concurrency=concurrency,
+        loglevel=loglevel,
+        include=include,
+        events=events,
+    ) + children
+
+
+def _webhook_child(
+    threads: int, loglevel: str, include: Sequence[str], events: bool
+) -> ChildSpec:
+    argv = celery_argv(
+        queues=[routing.WEBHOOK_QUEUE],
+        name="webhooks",
+        concurrency=threads,
+        loglevel=loglevel,
+        include=include,
+        events=events,
+        pool="threads",
+    )
+    return ChildSpec("webhooks", argv, {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def _role_children(
+    roles: Sequence[str],
+    devices: Sequence[Device],
+    *,
+    concurrency: int | None,
+    loglevel: str,
+    include: Sequence[str],
+    events: bool,
+) -> list[ChildSpec]:
     queues = [routing.SWEEP_QUEUE, *routing.consume_order(roles)]
     if "gpu" not in roles:
         processes = concurrency or os.cpu_count() or 1

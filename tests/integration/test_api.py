@@ -153,15 +153,23 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
     doc_id = created.json()["id"]
     assert created.json()["metadata"] == {"batch": "b-17", "tenant": "A", "filename": "scan.pdf"}
 
-    # The webhook: refused once (500), delivered on the retry, signed, then never again.
+    # The webhook: refused once (500), delivered on the retry, signed with key A's own
+    # secret (not the fleet's, not B's), then never again.
     (_, first), (headers, body) = receiver.wait(2)
     assert json.loads(first)["attempt"] == 1 and json.loads(body)["attempt"] == 2
     assert json.loads(first)["delivery"] == json.loads(body)["delivery"]  # receivers dedupe
-    assert webhooks.verify(SECRET, headers[webhooks.SIGNATURE_HEADER], body)
-    assert not webhooks.verify("another secret", headers[webhooks.SIGNATURE_HEADER], body)
-    assert not webhooks.verify(
-        SECRET, headers[webhooks.SIGNATURE_HEADER], body, now=time.time() + 3600
-    )
+    url = fleet.env["OCRFLEET_DATABASE_URL"]
+    key_ids = dict(rows(url, "SELECT tenant, id FROM api_keys"))
+    secrets = {
+        tenant: ocrfleet_cli(fleet.env, "keys", "webhook-secret", str(key_id)).strip()
+        for tenant, key_id in key_ids.items()
+    }
+    signature = headers[webhooks.SIGNATURE_HEADER]
+    assert webhooks.key_id_of(signature) == str(key_ids["A"])
+    assert webhooks.verify(secrets["A"], signature, body)
+    for other in (secrets["B"], SECRET, "another secret"):
+        assert not webhooks.verify(other, signature, body)
+    assert not webhooks.verify(secrets["A"], signature, body, now=time.time() + 3600)
     event = json.loads(body)
     assert (event["id"], event["status"], event["pages"]) == (
         doc_id,
@@ -169,7 +177,6 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
         {"total": 2, "done": 2, "failed": 0},
     )
     assert set(event["results"]) == set(webhooks.RESULT_FORMATS)
-    url = fleet.env["OCRFLEET_DATABASE_URL"]
     deadline = time.monotonic() + 60  # the worker records the attempt after the response
     while scalar(url, "SELECT callback_state FROM documents") != "delivered":
         assert time.monotonic() < deadline

@@ -17,13 +17,21 @@ from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.models import ApiKey, Delivery, Document, Run
 from ocrfleet.db.session import dispose_engines, session_scope
-from ocrfleet.webhooks import UnsafeCallbackURL, check_url, claim, deliver, sign, verify
+from ocrfleet.webhooks import (
+    UnsafeCallbackURL,
+    check_url,
+    claim,
+    deliver,
+    key_id_of,
+    sign,
+    verify,
+)
 
 
 def test_signature_round_trip_and_replay_window() -> None:
     body = b'{"id": 1, "status": "done"}'
-    header = sign("s3cret", body, timestamp=1_700_000_000)
-    assert header.startswith("t=1700000000,v1=")
+    header = sign("s3cret", body, timestamp=1_700_000_000, key_id="7")
+    assert header.startswith("t=1700000000,kid=7,v1=") and key_id_of(header) == "7"
     assert verify("s3cret", header, body, now=1_700_000_100)
     assert not verify("s3cret", header, body + b" ", now=1_700_000_100)  # body changed
     assert not verify("other", header, body, now=1_700_000_100)  # wrong secret
@@ -46,7 +54,7 @@ def test_signature_round_trip_and_replay_window() -> None:
     ],
 )
 def test_private_and_loopback_callbacks_are_refused(url: str) -> None:
-    with pytest.raises(UnsafeCallbackURL, match="non-public"):
+    with pytest.raises(UnsafeCallbackURL, match="not allowed"):
         check_url(url, allow_private=False)
     check_url(url, allow_private=True)
 
@@ -101,10 +109,11 @@ def test_a_refused_callback_is_recorded_and_never_retried(db: str) -> None:
         assert claim(session, doc_id)
     outcome = deliver(settings, doc_id)
     assert outcome.final and not outcome.delivered and outcome.status_code is None
-    assert outcome.error is not None and "non-public" in outcome.error
+    assert outcome.error is not None and "not allowed" in outcome.error
     with session_scope(db) as session:
         (row,) = session.query(Delivery).all()
         assert (row.attempt, row.event, row.status_code) == (1, "done", None)
+        assert row.delivery == f"{doc_id}-done"
         assert session.get(Document, doc_id).callback_state == "gave_up"
     assert deliver(settings, doc_id).error == "not due"  # a redelivered task sends nothing
 
@@ -125,8 +134,9 @@ def test_keys_are_stored_hashed_and_revocable(db: str) -> None:
     with session_scope(db) as session:
         (row,) = session.query(ApiKey).all()
         assert row.key_hash == key_hash(key) and key not in row.key_hash
+        assert row.webhook_secret.startswith("whsec_") and row.webhook_secret != key
     cache = KeyCache()
-    assert cache.tenant(db, key) == "acme"
+    assert cache.tenant(db, key) == "acme" and cache.key_id(key) == key_id
     assert cache.tenant(db, key + "x") is None
     with session_scope(db) as session:
         assert revoke_key(session, key_id) and not revoke_key(session, key_id)
