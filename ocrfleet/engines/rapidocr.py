@@ -7,6 +7,11 @@ and hand them to rapidocr's TextDetector / TextRecognizer. That keeps rapidocr's
 post-processing (and its upstream defaults) while making its model download path
 unreachable: a missing model is a FileNotFoundError at construction, never a download.
 
+The recogniser also gives each crop's CTC posterior (`ocrfleet.scorers.ctc.Posterior`):
+`posteriors(crops)` for any crops, and every `recognise`/`recognise_words` call keeps the
+posteriors of what it read in `ctc.RECENT`, so the consensus scorer gets the primary
+engine's character evidence from the model call that read the page, not from a second one.
+
 Not used: rapidocr's text-line orientation classifier (on by default in its full
 pipeline; it turns lines it reads as upside down). Our regions are axis-aligned crops of
 upright pages; on the 264 detected lines of the realdocs tesseract_test pages it would have
@@ -19,6 +24,7 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -46,6 +52,7 @@ from ocrfleet import (
 )
 from ocrfleet.pipeline import tiles
 from ocrfleet.pipeline.regions import order_regions, polygon_bbox
+from ocrfleet.scorers import ctc
 
 MODEL_DIR = Path(DEFAULT_CFG_PATH).parent / "models"
 DET_MODEL = MODEL_DIR / "PP-OCRv6_det_small.onnx"
@@ -308,6 +315,8 @@ class RapidRecogniser:
         root = _config("Rec", session)
         self._rec = TextRecognizer(root.Rec)
         _, self._height, self._min_width = (int(v) for v in root.Rec.rec_img_shape)
+        # The model's classes: rapidocr's decoder alphabet, blank first and space last.
+        self.charset = (ctc.BLANK, *self._rec.postprocess_op.character[1:])
         self.batch_size = batch_size
         self.version = _version(Path(model_path), _rec_params(root))
 
@@ -318,13 +327,32 @@ class RapidRecogniser:
         self, crops: list[Image.Image]
     ) -> list[tuple[str, float | None, list[ir.Word] | None]]:
         """As `recognise`, plus each crop's words in crop pixels (None: no boxes for it)."""
+        return [(text, confidence, words) for text, confidence, words, _ in self._read(crops)]
+
+    def posteriors(self, crops: Sequence[Image.Image]) -> list[ctc.Posterior]:
+        """Each crop's CTC posterior (pruned to the classes it gives weight, see
+        `ctc.prune`), from the same forward pass `recognise` makes: crops this model read
+        recently come from `ctc.RECENT`, the others are read now, batched."""
+        keys = [ctc.crop_key(c) for c in crops]
+        found = [ctc.RECENT.get(self.version, key) for key in keys]
+        missing = [i for i, posterior in enumerate(found) if posterior is None]
+        if missing:
+            read = self._read([crops[i] for i in missing], [keys[i] for i in missing])
+            for i, (_, _, _, posterior) in zip(missing, read, strict=True):
+                found[i] = posterior
+        return [posterior for posterior in found if posterior is not None]
+
+    def _read(
+        self, crops: Sequence[Image.Image], keys: Sequence[str] | None = None
+    ) -> list[tuple[str, float | None, list[ir.Word] | None, ctc.Posterior]]:
+        """(text, confidence, words, posterior) per crop, batched by width bucket; the
+        posteriors are kept in `ctc.RECENT` under the crops' keys."""
         arrays = [_to_bgr(c) for c in crops]
+        keys = [ctc.crop_key(c) for c in crops] if keys is None else keys
         by_width: dict[int, list[int]] = {}
         for i, array in enumerate(arrays):
             by_width.setdefault(self._padded_width(array), []).append(i)
-        results: list[tuple[str, float | None, list[ir.Word] | None]] = [("", None, [])] * len(
-            arrays
-        )
+        results: list[Any] = [None] * len(arrays)
         for width, ids in sorted(by_width.items()):
             for start in range(0, len(ids), self.batch_size):
                 chunk = ids[start : start + self.batch_size]
@@ -336,9 +364,11 @@ class RapidRecogniser:
                 lines, infos = self._rec.postprocess_op(
                     preds, True, wh_ratio_list=shares, max_wh_ratio=1.0
                 )
-                for i, (text, score), info in zip(chunk, lines, infos, strict=True):
+                for n, (i, (text, score), info) in enumerate(zip(chunk, lines, infos, strict=True)):
                     words = _word_boxes(str(text), info, arrays[i].shape[1], arrays[i].shape[0])
-                    results[i] = (str(text), float(score), words)
+                    posterior = ctc.prune(self.name, preds[n], self.charset)
+                    ctc.RECENT.put(self.version, keys[i], posterior)
+                    results[i] = (str(text), float(score), words, posterior)
         return results
 
     def _resized_width(self, array: np.ndarray, width: int) -> int:
