@@ -243,6 +243,19 @@ FLOWER_NO_CREDENTIALS = (
 )
 
 
+def check_basic_auth(value: str) -> None:
+    """Every comma-separated entry must be `user:password`, both non-empty: Flower compares
+    the decoded `Authorization` header with the entry whole, so an entry without a colon
+    would let in a header that carries no password at all. The value is never echoed."""
+    for n, entry in enumerate(value.split(","), start=1):
+        user, colon, password = entry.partition(":")
+        if not (user.strip() and colon and password):
+            raise ValueError(
+                f"OCRFLEET_FLOWER_BASIC_AUTH entry {n} is not user:password with both set "
+                "(a user without a password is refused)"
+            )
+
+
 def flower_env(settings: Settings, no_auth: bool) -> dict[str, str]:
     """Flower's own FLOWER_* options for these settings (credentials never on argv)."""
     from flower.utils.authentication import validate_auth_option
@@ -253,6 +266,7 @@ def flower_env(settings: Settings, no_auth: bool) -> dict[str, str]:
         "FLOWER_STATE_SAVE_INTERVAL": "60000",  # ms: state survives a crash, not only a stop
     }
     if settings.flower_basic_auth:
+        check_basic_auth(settings.flower_basic_auth)
         env["FLOWER_BASIC_AUTH"] = settings.flower_basic_auth
     elif settings.flower_auth:
         if not validate_auth_option(settings.flower_auth) or not settings.flower_oauth_provider:
@@ -270,12 +284,15 @@ def flower_env(settings: Settings, no_auth: bool) -> dict[str, str]:
 
 def flower(
     port: Annotated[int, typer.Option(help="HTTP port")] = 5555,
-    address: Annotated[str, typer.Option(help="address to listen on")] = "0.0.0.0",
+    address: Annotated[
+        str, typer.Option(help="address to listen on; 0.0.0.0 to serve other hosts")
+    ] = "127.0.0.1",
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="start without credentials (a trusted network)")
     ] = False,
 ) -> None:
-    """Flower for the fleet's app: workers, tasks, queue lengths, /metrics."""
+    """Flower for the fleet's app: workers, tasks, queue lengths, /metrics (all behind the
+    credentials, /metrics and /healthcheck included)."""
     import os
     import sys
 
@@ -289,8 +306,7 @@ def flower(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    argv = [sys.executable, "-m", "celery", "--app", "ocrfleet.tasks.app", "flower"]
-    argv += [f"--port={port}", f"--address={address}"]
+    argv = [sys.executable, "-m", "ocrfleet.flower_app", f"--port={port}", f"--address={address}"]
     os.execve(sys.executable, argv, {**os.environ, **env})
 
 

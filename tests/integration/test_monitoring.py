@@ -129,7 +129,7 @@ def test_flower_needs_credentials_lists_workers_counts_tasks_and_queue_lengths(
         # Two ingests and two pages ran; Flower saw each succeed (task events).
         def succeeded() -> dict[str, float]:
             counts: dict[str, float] = {}
-            for line in get(f"{base}/metrics")[1].splitlines():
+            for line in get(f"{base}/metrics", CREDENTIALS)[1].splitlines():
                 if line.startswith("flower_events_total{") and 'type="task-succeeded"' in line:
                     task = line.split('task="', 1)[1].split('"', 1)[0]
                     counts[task] = counts.get(task, 0) + float(line.rsplit(" ", 1)[1])
