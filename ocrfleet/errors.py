@@ -40,13 +40,17 @@ def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
+_SECRET_WORDS = ("SECRET", "PASSWORD", "AUTH", "TOKEN", "KEY")
+
+
 def settings_error(exc: Any, prefix: str = "OCRFLEET_") -> str:
     """A pydantic ValidationError of `Settings` as one line naming each bad variable."""
     parts = []
     for error in exc.errors():
         name = prefix + "_".join(str(part) for part in error["loc"][:1]).upper()
         value = error.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {str(value)[:60]!r})"
+        secret = any(word in name for word in _SECRET_WORDS)  # never echo a secret back
+        shown = "" if isinstance(value, dict) or secret else f" (got {str(value)[:60]!r})"
         parts.append(f"{name}: {error['msg']}{shown}")
     return "; ".join(parts) or describe(exc)
 

@@ -1,16 +1,21 @@
-"""Back-office commands: `ocrfleet review` (the web app), `ocrfleet users add`, and
-`ocrfleet export ocr-sft|jev` (reviewed regions as training rows).
+"""Back-office commands: `ocrfleet review` (the web app), `ocrfleet users
+add|list|passwd|disable|enable|remove`, and `ocrfleet export ocr-sft|jev` (reviewed regions
+as training rows). Passwords are read from a prompt or stdin, never from argv.
 
 `register(app)` adds them to the main typer app (ocrfleet/cli.py)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 console = Console(stderr=True)
 users_app = typer.Typer(no_args_is_help=True, help="Back-office accounts.")
@@ -42,34 +47,121 @@ def review(
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
+PASSWORD_STDIN = typer.Option("--password-stdin", help="read the password from standard input")
+
+
+def _password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    return typer.prompt("password", hide_input=True, confirmation_prompt=True)
+
+
+def _change(name: str, change: Callable[[Session, str], str]) -> None:
+    """Apply one change to the account `name` in its own transaction; say what it did."""
+    from ocrfleet.cli import _ensure_schema
+    from ocrfleet.config import get_settings
+    from ocrfleet.db.session import session_scope
+
+    settings = get_settings()
+    _ensure_schema(settings.database_url)
+    try:
+        with session_scope(settings.database_url) as session:
+            done = change(session, name)
+    except (LookupError, ValueError) as error:
+        raise _fail(str(error).strip("'\"")) from None
+    console.print(f"user {name} {done}", markup=False)
+
+
+def _saying(done: str, change: Callable[[Session, str], None]) -> Callable[[Session, str], str]:
+    def run(session: Session, name: str) -> str:
+        change(session, name)
+        return done
+
+    return run
+
+
 @users_app.command("add")
 def users_add(
     name: Annotated[str, typer.Argument(help="login name")],
     role: Annotated[str, typer.Option(help="reviewer or admin")] = "reviewer",
     tenant: Annotated[str | None, typer.Option(help="see only this tenant's documents")] = None,
-    password_stdin: Annotated[
-        bool, typer.Option("--password-stdin", help="read the password from standard input")
+    all_tenants: Annotated[
+        bool, typer.Option("--global", help="see every tenant's documents")
     ] = False,
+    password_stdin: Annotated[bool, PASSWORD_STDIN] = False,
 ) -> None:
-    """Create an account (the password is asked for, or read from stdin)."""
+    """Create an account (the password is asked for, or read from stdin). Without --tenant
+    or --global it sees only documents that have no tenant."""
+    from ocrfleet.review.users import GLOBAL, add_user
+
+    if all_tenants and tenant is not None:
+        raise _fail("--tenant and --global exclude each other")
+    if tenant == GLOBAL:
+        raise _fail(f"tenant {GLOBAL!r} means every tenant: say --global")
+    password = _password(password_stdin)
+
+    def add(session: Session, name: str) -> str:
+        account = add_user(session, name, password, role, GLOBAL if all_tenants else tenant)
+        return f"({account.role}, {account.scope}) added"
+
+    _change(name, add)
+
+
+@users_app.command("list")
+def users_list() -> None:
+    """Every account: name, role, what it sees, and whether it is disabled."""
     from ocrfleet.cli import _ensure_schema
     from ocrfleet.config import get_settings
     from ocrfleet.db.session import session_scope
-    from ocrfleet.review.users import add_user
+    from ocrfleet.review.users import list_users
 
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    else:
-        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
     settings = get_settings()
     _ensure_schema(settings.database_url)
-    try:
-        with session_scope(settings.database_url) as session:
-            account = add_user(session, name, password, role, tenant)
-    except ValueError as error:
-        raise _fail(str(error)) from None
-    scope = f"tenant {account.tenant}" if account.tenant else "every tenant"
-    console.print(f"user {account.name} ({account.role}, {scope}) added")
+    with session_scope(settings.database_url) as session:
+        for user in list_users(session):
+            state = "disabled" if user.disabled else "active"
+            print(f"{user.name}\t{user.role}\t{user.scope}\t{state}")
+
+
+@users_app.command("passwd")
+def users_passwd(
+    name: Annotated[str, typer.Argument(help="login name")],
+    password_stdin: Annotated[bool, PASSWORD_STDIN] = False,
+) -> None:
+    """Set a new password; every session of the account ends."""
+    from ocrfleet.review.users import set_password
+
+    password = _password(password_stdin)
+
+    def change(session: Session, name: str) -> str:
+        set_password(session, name, password)
+        return "has a new password; its sessions ended"
+
+    _change(name, change)
+
+
+@users_app.command("disable")
+def users_disable(name: Annotated[str, typer.Argument(help="login name")]) -> None:
+    """No more logins; every session of the account ends at once."""
+    from ocrfleet.review.users import disable_user
+
+    _change(name, _saying("disabled; its sessions ended", disable_user))
+
+
+@users_app.command("enable")
+def users_enable(name: Annotated[str, typer.Argument(help="login name")]) -> None:
+    """Allow logins again."""
+    from ocrfleet.review.users import enable_user
+
+    _change(name, _saying("enabled", enable_user))
+
+
+@users_app.command("remove")
+def users_remove(name: Annotated[str, typer.Argument(help="login name")]) -> None:
+    """Delete an account that made no review (one that did is kept: disable it)."""
+    from ocrfleet.review.users import remove_user
+
+    _change(name, _saying("removed", remove_user))
 
 
 def register(app: typer.Typer) -> None:

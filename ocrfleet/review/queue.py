@@ -22,10 +22,38 @@ from ocrfleet.db.models import (
     User,
     utcnow,
 )
-from ocrfleet.review.users import Account
+from ocrfleet.review.users import GLOBAL, Account
 
 # Interactive uploads first, then oldest first.
 PRIORITY_RANK = case((Document.priority == "high", 0), else_=1)
+MAX_ID = 2**63 - 1  # the largest id a BIGINT column holds
+MAX_FILTER = 200  # characters of a text filter
+
+
+class BadFilter(ValueError):
+    """A filter value the queue cannot take; the message is one line for a 400."""
+
+
+def parse_id(value: object) -> int | None:
+    """A row id from client text: ASCII digits within BIGINT's range, else None (so `²`,
+    `-1`, `1e3` and 2**64 are no id rather than an error further down)."""
+    if isinstance(value, int):
+        return value if 0 < value <= MAX_ID else None
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    if len(value) > 19:
+        return None
+    number = int(value)
+    return number if 0 < number <= MAX_ID else None
+
+
+def _text_filter(params: Any, name: str) -> str | None:
+    value = params.get(name) or None
+    if value is None:
+        return None
+    if len(value) > MAX_FILTER or not value.isprintable():
+        raise BadFilter(f"filter {name}: at most {MAX_FILTER} printable characters")
+    return value
 
 
 @dataclass(frozen=True)
@@ -38,13 +66,16 @@ class Filters:
 
     @classmethod
     def from_query(cls, params: Any) -> Filters:
+        """The filters of a query string; BadFilter for a value no row can match."""
         document = params.get("document") or None
+        if document is not None and parse_id(document) is None:
+            raise BadFilter(f"filter document: a document id (1 to {MAX_ID})")
         return cls(
-            reason=params.get("reason") or None,
-            category=params.get("category") or None,
-            document=int(document) if document and str(document).isdigit() else None,
-            run=params.get("run") or None,
-            tenant=params.get("tenant") or None,
+            reason=_text_filter(params, "reason"),
+            category=_text_filter(params, "category"),
+            document=parse_id(document) if document else None,
+            run=_text_filter(params, "run"),
+            tenant=_text_filter(params, "tenant"),
         )
 
     def as_query(self) -> dict[str, str]:
@@ -52,10 +83,11 @@ class Filters:
 
 
 def scoped(stmt: Select[Any], account: Account) -> Select[Any]:
-    """Limit a statement that joins Document to what the account may see."""
-    if account.tenant is not None:
-        stmt = stmt.where(Document.tenant == account.tenant)
-    return stmt
+    """Limit a statement that joins Document to what the account may see: one tenant's
+    documents, every tenant's for a global account, else only those without a tenant."""
+    if account.tenant == GLOBAL:
+        return stmt
+    return stmt.where(Document.tenant == (account.tenant or ""))
 
 
 def _flag_rows(account: Account, filters: Filters, *columns: Any) -> Select[Any]:
@@ -207,6 +239,8 @@ class FlagView:
 
 @dataclass(frozen=True)
 class ReviewView:
+    id: int
+    overrides_id: int | None
     action: str
     engine: str | None
     text: str | None
@@ -236,6 +270,19 @@ class RegionDetail:
     @property
     def open_flags(self) -> list[FlagView]:
         return [f for f in self.flags if f.status == "open"]
+
+    @property
+    def version(self) -> int:
+        """The id of the latest decision (0: none): what a decision is made against."""
+        decided = [r.id for r in self.reviews if r.action != "skip"]
+        return decided[-1] if decided else 0
+
+    def held_by_other(self, account: Account, now: datetime) -> bool:
+        """Whether another reviewer's claim on an open flag is live."""
+        return any(
+            f.claimed_by not in (None, account.id) and f.claimed_until and f.claimed_until > now
+            for f in self.open_flags
+        )
 
 
 def region_detail(session: Session, account: Account, region_id: int) -> RegionDetail | None:
@@ -320,7 +367,15 @@ def region_detail(session: Session, account: Account, region_id: int) -> RegionD
     detail.reviews = [
         ReviewView(*r)
         for r in session.execute(
-            select(Review.action, Review.engine, Review.final_text, User.name, Review.created_at)
+            select(
+                Review.id,
+                Review.overrides_id,
+                Review.action,
+                Review.engine,
+                Review.final_text,
+                User.name,
+                Review.created_at,
+            )
             .join(User, User.id == Review.reviewer_id)
             .where(Review.region_id == region_id)
             .order_by(Review.id)

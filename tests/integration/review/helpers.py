@@ -18,8 +18,8 @@ from tests.conftest import REPO
 EXAMPLES = REPO / "examples"
 SECRET = "review-tests-" + "s" * 32
 PASSWORD = "correct horse battery"
-# name -> (role, tenant)
-ACCOUNTS = {"alice": ("reviewer", "acme"), "bob": ("reviewer", "globex"), "root": ("admin", None)}
+# name -> (role, tenant); "*" is every tenant
+ACCOUNTS = {"alice": ("reviewer", "acme"), "bob": ("reviewer", "globex"), "root": ("admin", "*")}
 DOCUMENTS = {"photo.jpg": "acme", "memo.tif": "globex"}
 
 
@@ -54,6 +54,12 @@ def run_examples(settings: Settings, documents: dict[str, str]) -> dict[str, int
 def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', html)
     assert found, "no CSRF field in the page"
+    return found.group(1)
+
+
+def version_of(html: str) -> str:
+    found = re.search(r'name="version" value="(\d+)"', html)
+    assert found, "no version field in the page"
     return found.group(1)
 
 

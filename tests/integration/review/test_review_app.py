@@ -16,7 +16,14 @@ from ocrfleet.db.models import Candidate, Document, Page, Region, Review, Review
 from ocrfleet.db.persist import load_page_result
 from ocrfleet.db.session import session_scope
 from ocrfleet.review.app import create_app
-from tests.integration.review.helpers import World, csrf_of, login, ocrfleet_cli, settings_for
+from tests.integration.review.helpers import (
+    World,
+    csrf_of,
+    login,
+    ocrfleet_cli,
+    settings_for,
+    version_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +54,8 @@ def open_flags(url: str, document_id: int, category: str | None = None) -> list[
 
 
 def next_region(client: TestClient, **filters: str) -> int | None:
-    response = client.get("/next", params=filters, follow_redirects=False)
+    token = csrf_of(client.get("/queue").text)
+    response = client.post("/next", params=filters, data={"csrf": token}, follow_redirects=False)
     assert response.status_code == 303
     found = re.match(r"/regions/(\d+)", response.headers["location"])
     return int(found.group(1)) if found else None
@@ -58,7 +66,7 @@ def decide(client: TestClient, region_id: int, **form: str) -> int:
     assert page.status_code == 200
     response = client.post(
         f"/regions/{region_id}/review",
-        data={"csrf": csrf_of(page.text), **form},
+        data={"csrf": csrf_of(page.text), "version": version_of(page.text), **form},
         follow_redirects=False,
     )
     return response.status_code

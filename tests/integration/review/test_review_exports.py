@@ -40,7 +40,7 @@ def review_everything(url: str, world: World) -> dict[int, tuple[str, str]]:
     them memo.tif's, on another page); returns region id -> (action, final text)."""
     decided: dict[int, tuple[str, str]] = {}
     with session_scope(url) as session:
-        root = get_account(session, session.scalar(select(User.id).where(User.name == "root")))
+        root = get_account(session, session.scalar(select(User.id).where(User.name == "root")), 0)
         assert root is not None
         flagged = session.execute(
             select(ReviewFlag.region_id, Page.document_id)

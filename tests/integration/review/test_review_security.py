@@ -113,7 +113,7 @@ def test_a_form_without_the_csrf_token_is_refused(review_db: str, world: World) 
     # With the token the same post goes through.
     response = client.post(
         f"/regions/{region_id}/review",
-        data={"csrf": csrf_of(page.text), "action": "correct", "text": "fixed"},
+        data={"csrf": csrf_of(page.text), "version": "0", "action": "correct", "text": "fixed"},
         follow_redirects=False,
     )
     assert response.status_code == 303
@@ -136,7 +136,7 @@ def test_a_reviewer_sees_nothing_of_another_tenant(review_db: str, world: World)
     token = csrf_of(client.get("/queue").text)
     response = client.post(
         f"/regions/{region_id}/review",
-        data={"csrf": token, "action": "correct", "text": "not mine"},
+        data={"csrf": token, "version": "0", "action": "correct", "text": "not mine"},
         follow_redirects=False,
     )
     assert response.status_code == 404
