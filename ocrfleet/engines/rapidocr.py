@@ -333,14 +333,9 @@ class RapidRecogniser:
         """Each crop's CTC posterior (pruned to the classes it gives weight, see
         `ctc.prune`), from the same forward pass `recognise` makes: crops this model read
         recently come from `ctc.RECENT`, the others are read now, batched."""
-        keys = [ctc.crop_key(c) for c in crops]
-        found = [ctc.RECENT.get(self.version, key) for key in keys]
-        missing = [i for i, posterior in enumerate(found) if posterior is None]
-        if missing:
-            read = self._read([crops[i] for i in missing], [keys[i] for i in missing])
-            for i, (_, _, _, posterior) in zip(missing, read, strict=True):
-                found[i] = posterior
-        return [posterior for posterior in found if posterior is not None]
+        return ctc.recall(
+            self.version, crops, lambda todo, keys: [p for *_, p in self._read(todo, keys)]
+        )
 
     def _read(
         self, crops: Sequence[Image.Image], keys: Sequence[str] | None = None

@@ -35,7 +35,7 @@ import hashlib
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -251,3 +251,23 @@ class PosteriorCache:
 
 
 RECENT = PosteriorCache()
+
+
+def recall(
+    version: str,
+    crops: Sequence[Image.Image],
+    read: Callable[[Sequence[Image.Image], Sequence[str]], list[Posterior]],
+) -> list[Posterior]:
+    """Each crop's posterior under the model `version`: from RECENT where that model read
+    the same pixels recently, else from `read(crops, keys)` (one batched call for all the
+    others; it keeps what it reads in RECENT)."""
+    keys = [crop_key(c) for c in crops]
+    found = [RECENT.get(version, key) for key in keys]
+    missing = [i for i, posterior in enumerate(found) if posterior is None]
+    if missing:
+        fresh = read([crops[i] for i in missing], [keys[i] for i in missing])
+        if len(fresh) != len(missing):
+            raise RuntimeError(f"{len(fresh)} posteriors for {len(missing)} crops")
+        for i, posterior in zip(missing, fresh, strict=True):
+            found[i] = posterior
+    return [posterior for posterior in found if posterior is not None]

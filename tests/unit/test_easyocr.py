@@ -1,0 +1,141 @@
+"""The easyocr engine in the default install (no torch): it reads real scanned lines, gives
+posteriors from the reading's own model call, checks its weights and refuses anything in a
+checkpoint that is not a state dict, keeps its graph in the cache directory only, and takes
+odd crops without failing the batch."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from pydantic import ValidationError
+
+from ocrfleet.config import Settings
+from ocrfleet.engines import describe_engines, load_recognisers
+from ocrfleet.engines.easyocr import (
+    MODEL_MD5,
+    EasyOCRRecogniser,
+    default_model_path,
+    load_weights,
+    padded_width,
+    prepare,
+)
+from ocrfleet.metrics import levenshtein
+from ocrfleet.scorers import ctc
+from tests.unit.test_ctc_engines import uw3_lines
+
+
+@pytest.fixture(scope="module")
+def easy(tmp_path_factory: pytest.TempPathFactory) -> EasyOCRRecogniser:
+    return EasyOCRRecogniser(
+        batch_size=4, threads=1, cache_dir=tmp_path_factory.mktemp("easyocr-cache")
+    )
+
+
+def test_reads_real_scanned_lines(easy) -> None:
+    lines = uw3_lines(32)
+    readings = easy.recognise([crop for crop, _ in lines])
+    pairs = zip(readings, lines, strict=True)
+    errors = sum(levenshtein(text, truth) for (text, _), (_, truth) in pairs)
+    chars = sum(len(truth) for _, truth in lines)
+    assert 1.0 - errors / chars >= 0.90, (errors, chars)
+    assert all(0.0 <= confidence <= 1.0 for _, confidence in readings)
+
+
+def test_posteriors_are_the_readings_own(easy) -> None:
+    crops = [crop for crop, _ in uw3_lines(6)]
+    ctc.RECENT.clear()
+    readings = easy.recognise(crops)
+    posteriors = easy.posteriors(crops)
+    for posterior, (text, _), crop in zip(posteriors, readings, crops, strict=True):
+        assert posterior is ctc.RECENT.get(easy.version, ctc.crop_key(crop))
+        assert posterior.engine == "easyocr"
+        assert posterior.text() == text
+        assert posterior.log_probs.shape == (padded_width(crop) // 4 - 1, 97)
+        assert posterior.log_likelihood(text) >= posterior.log_likelihood(text + ".")
+
+
+def test_a_reading_does_not_depend_on_its_batch(easy) -> None:
+    crops = [crop for crop, _ in uw3_lines(8)]
+    ctc.RECENT.clear()
+    together = easy.posteriors(crops)
+    ctc.RECENT.clear()
+    alone = easy.posteriors([crops[5]])[0]
+    np.testing.assert_allclose(alone.log_probs, together[5].log_probs, atol=1e-4)
+
+
+def test_odd_crops_are_read_and_bounded(easy) -> None:
+    crops = [
+        Image.new("RGB", (1, 1), "white"),
+        Image.new("RGB", (3, 400), "black"),  # taller than wide
+        Image.new("RGB", (2000, 4), "gray"),  # wider than MAX_RATIO: squeezed
+    ]
+    readings = easy.recognise(crops)
+    assert [type(text) for text, _ in readings] == [str, str, str]
+    assert prepare(crops[2]).shape == (64, 64 * 64)
+    with pytest.raises(ValueError, match="empty image"):
+        easy.recognise([Image.new("RGB", (0, 5))])
+
+
+def test_wrong_weights_are_refused_at_load(tmp_path: Path) -> None:
+    copy = tmp_path / "english_g2.pth"
+    shutil.copyfile(default_model_path(), copy)
+    with copy.open("r+b") as fh:
+        fh.seek(1000)
+        byte = fh.read(1)
+        fh.seek(1000)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ValueError, match=f"expected {MODEL_MD5}"):
+        EasyOCRRecogniser(model_path=copy)
+    with pytest.raises(FileNotFoundError, match="never downloaded"):
+        EasyOCRRecogniser(model_path=tmp_path / "missing.pth")
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.getcwd, ())
+
+
+def test_checkpoint_unpickler_resolves_nothing_but_a_state_dict(tmp_path: Path) -> None:
+    hostile = tmp_path / "hostile.pth"
+    with zipfile.ZipFile(hostile, "w") as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps({"x": _Payload()}, protocol=2))
+    with pytest.raises(pickle.UnpicklingError, match="not part of a state dict"):
+        load_weights(hostile)
+    weights = load_weights(default_model_path())
+    assert weights["Prediction.weight"].shape == (97, 256)
+    assert weights["FeatureExtraction.ConvNet.12.num_batches_tracked"].dtype == np.int64
+
+
+def test_graph_is_cached_in_the_cache_dir_only(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    crop = uw3_lines(1)[0][0]
+    first = EasyOCRRecogniser(threads=1, cache_dir=cache)
+    stored = sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*") if p.is_file())
+    assert stored == [f"easyocr/english_g2-{MODEL_MD5}-g1.{ext}" for ext in ("onnx", "sha256")]
+    onnx_file = cache / stored[0]
+    # A damaged cached graph is rebuilt, never run.
+    onnx_file.write_bytes(onnx_file.read_bytes()[:-10] + b"0123456789")
+    second = EasyOCRRecogniser(threads=1, cache_dir=cache)
+    ctc.RECENT.clear()
+    assert first.recognise([crop]) == second.recognise([crop])
+    assert len(list(tmp_path.iterdir())) == 1  # nothing beside the cache
+
+
+def test_engine_is_known_to_settings_and_run_id(tmp_path: Path) -> None:
+    settings = Settings(engines="rapidocr,easyocr", cache_dir=tmp_path)
+    described = {r["name"]: r["version"] for r in describe_engines(settings)["recognisers"]}
+    assert described["easyocr"].startswith(f"english_g2-{MODEL_MD5[:12]}+")
+    (reader,) = load_recognisers(settings.model_copy(update={"engines": ["easyocr"]}))
+    assert isinstance(reader, EasyOCRRecogniser) and reader.version == described["easyocr"]
+    with pytest.raises(ValidationError, match="easyocr"):
+        Settings(engines="easyocr2")
+    wrong = settings.model_copy(update={"easyocr_model_path": tmp_path / "nope.pth"})
+    with pytest.raises(FileNotFoundError):
+        describe_engines(wrong)
