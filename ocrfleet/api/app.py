@@ -8,16 +8,18 @@ an upload is spooled by the multipart parser, then hashed and streamed to the st
 
 # No `from __future__ import annotations` here: FastAPI reads the routes' annotations, and
 # `Tenant` is local to create_app, where a postponed name would not resolve.
-import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, File, Form, HTTPException, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, HTTPException, Path, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -29,17 +31,21 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from ocrfleet import client, ir
+from ocrfleet.api import inputs
 from ocrfleet.api.keys import KeyCache
 from ocrfleet.api.limits import BodyLimit, RateLimiter
 from ocrfleet.config import Settings, get_settings
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
 from ocrfleet.formats import FORMATS, render_document
+from ocrfleet.formats.document import public_reason
 from ocrfleet.storage import open_store
 from ocrfleet.webhooks import UnsafeCallbackURL, result_urls
 
 PAGE_LIMIT = 100
 
+DocumentId = Annotated[int, Path(ge=1, le=inputs.MAX_ID)]
+log = logging.getLogger(__name__)
 
 def ping(database_url: str) -> None:
     with session_scope(database_url) as session:
@@ -57,7 +63,7 @@ def _document_json(doc: models.Document, pages: list[models.Page] | None = None)
     body: dict[str, Any] = {
         "id": doc.id,
         "status": doc.status,
-        "reason": doc.reason,
+        "reason": public_reason(doc.reason),
         "priority": doc.priority,
         "sha256": doc.sha256,
         "metadata": doc.meta,
@@ -76,11 +82,21 @@ def _document_json(doc: models.Document, pages: list[models.Page] | None = None)
             {
                 "number": page.number,
                 "status": "cancelled" if cancelled and page.status == "pending" else page.status,
-                "reason": page.reason,
+                "reason": public_reason(page.reason),
             }
             for page in pages
         ]
     return body
+
+
+def one_line(exc: RequestValidationError) -> str:
+    """A validation error as one line: where (`query after`, `body metadata`) and what is
+    wrong, never the input itself (it may be huge, or hostile)."""
+    parts = []
+    for error in exc.errors()[:3]:
+        where = " ".join(str(part) for part in error.get("loc", ()))
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts).replace("\n", " ") or "invalid request"
 
 
 class Measure:
@@ -142,12 +158,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(ping, settings.database_url)
         yield
 
-    app = FastAPI(
+    # /docs and /redoc load their scripts from the installed fastapi-offline package, not a
+    # CDN: nothing is fetched from outside at run time, by us or by the reader's browser.
+    app = FastAPIOffline(
         lifespan=warm,
         title="ocrfleet",
         version="1",
         description="Submit PDFs and images for OCR, follow them, fetch results, cancel.",
     )
+
+    # Every malformed request is a 4xx with a one-line `detail`; anything else that escapes
+    # a route is logged here and answered as a 500 without its text.
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": one_line(exc)}, status_code=422)
+
+    @app.exception_handler(inputs.BadInput)
+    async def bad_input(_request: Request, exc: inputs.BadInput) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return JSONResponse({"detail": "internal error"}, status_code=500)
 
     app.add_middleware(Measure, requests=requests, latency=latency)
     app.add_middleware(BodyLimit, limit=settings.api_max_upload_bytes)
@@ -187,20 +220,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/readyz", include_in_schema=False)
     def readyz() -> JSONResponse:
+        """Which dependency is down, and nothing more: the probe answers anyone, and error
+        texts name hosts, ports and users. The error goes to the API's log."""
         checks: dict[str, str] = {}
         try:
             ping(settings.database_url)
             checks["database"] = "ok"
-        except Exception as exc:  # noqa: BLE001 - the probe reports, it does not raise
-            checks["database"] = f"{type(exc).__name__}: {exc}"[:200]
+        except Exception:  # noqa: BLE001 - the probe reports, it does not raise
+            log.warning("readyz: the database is down", exc_info=True)
+            checks["database"] = "down"
         try:
             from ocrfleet.tasks.app import create_app as celery_app
 
             with celery_app(settings).connection_for_write() as conn:
                 conn.ensure_connection(max_retries=1, timeout=2)
             checks["broker"] = "ok"
-        except Exception as exc:  # noqa: BLE001
-            checks["broker"] = f"{type(exc).__name__}: {exc}"[:200]
+        except Exception:  # noqa: BLE001
+            log.warning("readyz: the broker is down", exc_info=True)
+            checks["broker"] = "down"
         ready = all(value == "ok" for value in checks.values())
         return JSONResponse(checks, status_code=200 if ready else 503)
 
@@ -219,19 +256,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         callback_url: Annotated[str | None, Form()] = None,
     ) -> dict[str, Any]:
         """Submit one document; 202 with its id at once, processing goes on in the fleet."""
+        for name, value in (("uri", uri), ("priority", priority), ("callback_url", callback_url)):
+            inputs.text_field(name, value)
         if (file is None) == (uri is None):
             raise HTTPException(422, "send exactly one of `file` and `uri`")
         if uri is not None and not uri.startswith("s3://"):
             raise HTTPException(422, "`uri` must be an s3:// URI")
-        try:
-            meta = json.loads(metadata) if metadata else {}
-        except json.JSONDecodeError as exc:
-            raise HTTPException(422, f"`metadata` is not JSON: {exc}") from exc
-        if not isinstance(meta, dict):
-            raise HTTPException(422, "`metadata` must be a JSON object")
+        meta = inputs.metadata(metadata)
         meta[models.TENANT_FIELD] = tenant  # becomes documents.tenant in client.submit
         if file is not None and file.filename:
-            meta.setdefault("filename", file.filename)
+            meta.setdefault("filename", inputs.text_field("filename", file.filename))
         try:
             document_id = client.submit(
                 file.file if file is not None else uri,  # type: ignore[arg-type]
@@ -257,7 +291,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         }
 
     @app.get("/v1/documents/{document_id}")
-    def status(document_id: int, tenant: Tenant) -> dict[str, Any]:
+    def status(document_id: DocumentId, tenant: Tenant) -> dict[str, Any]:
         """Status, page counts and each page's state."""
         # One round trip: the document and its pages in one outer join.
         with db() as session:
@@ -273,7 +307,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/v1/documents/{document_id}/result")
     def result(
-        document_id: int,
+        document_id: DocumentId,
         tenant: Tenant,
         format: Annotated[str, Query(description=", ".join(FORMATS))] = "json",  # noqa: A002
     ) -> Response:
@@ -293,7 +327,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Response(body, media_type=FORMATS[format])
 
     @app.delete("/v1/documents/{document_id}", status_code=202)
-    def cancel(document_id: int, tenant: Tenant) -> dict[str, Any]:
+    def cancel(document_id: DocumentId, tenant: Tenant) -> dict[str, Any]:
         """Cancel: queued pages are skipped, running pages finish, it ends `cancelled`."""
         with db() as session:
             doc = owned(session, document_id, tenant)
@@ -305,9 +339,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/v1/documents")
     def listing(
         tenant: Tenant,
-        status: Annotated[str | None, Query()] = None,
+        status: Annotated[ir.DocumentStatus | None, Query()] = None,
         since: Annotated[datetime | None, Query(description="created at or after")] = None,
-        after: Annotated[int | None, Query(description="the `next` of the previous page")] = None,
+        after: Annotated[
+            int | None, Query(ge=0, le=inputs.MAX_ID, description="the `next` of the previous page")
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50,
     ) -> dict[str, Any]:
         """This tenant's documents, oldest first, `limit` at a time."""

@@ -3,6 +3,7 @@ and a token bucket per API key that answers 429."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -17,7 +18,8 @@ class _TooLarge(Exception):
 
 class BodyLimit:
     """ASGI middleware: a declared Content-Length over `limit` is refused before reading,
-    and a body (chunked or lying) is cut off as soon as it passes `limit`."""
+    and a body (chunked or lying) is cut off as soon as it passes `limit`; either way the
+    answer is 413, whatever the app made of the cut-off body."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -32,28 +34,33 @@ class BodyLimit:
             await self._refuse(send)
             return
         received = 0
-        started = False
+        started = over = False
 
         async def limited_receive() -> dict[str, Any]:
-            nonlocal received
+            nonlocal received, over
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
+                    over = True
                     raise _TooLarge
             return message
 
         async def tracking_send(message: dict[str, Any]) -> None:
             nonlocal started
+            if over:  # the app's answer to a cut-off body (FastAPI's form parser: a 400)
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await self._refuse(send)
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
-        try:
+        with contextlib.suppress(_TooLarge):  # the app let it through: answered below
             await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._refuse(send)
+        if over and not started:
+            await self._refuse(send)
 
     async def _refuse(self, send: Any) -> None:
         body = json.dumps(

@@ -2,11 +2,11 @@
 their cells), formulas as `$$…$$` display math, other text as paragraphs; pages separated
 by a horizontal rule.
 
-OCR text is data, never markup: `&`, `<`, `>`, `[`, `]` and backticks are written as
-character references, so no renderer (CommonMark, python-markdown, markdown-it with HTML
-on) sees a tag, an entity, a link, an image or a code span in it, and a browser shows the
-characters as read. References, not backslashes: a backslash in the text (LaTeX) would
-escape a backslash escape, and math renderers take the text between `$$` as it is."""
+OCR text is data, never markup: `&`, `<`, `>`, `[`, `]`, backticks and a backslash before
+punctuation are written as character references, so no renderer (CommonMark,
+python-markdown, markdown-it with HTML on) sees a tag, an entity, a link, an image, a code
+span or an escape in it, and a browser shows the characters as read. References, not
+backslash escapes: a backslash in the text would escape the escape."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ MEDIA_TYPE = "text/markdown; charset=utf-8"
 
 _CELL_SPLIT = re.compile(r"\t+|\s{2,}|\s*\|\s*")
 _REFERENCES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "&#91;", "]": "&#93;", "`": "&#96;"}
-_MARKUP = re.compile("[&<>\\[\\]`]")
+# A backslash before ASCII punctuation is a Markdown escape: as a reference it stays itself.
+_MARKUP = re.compile(r"[&<>\[\]`]|\\(?=[!-/:-@\[-`{-~])")
 # An HTML table keeps only its structure: these elements, these attributes (numbers only).
 _TABLE_TAGS = frozenset({"table", "caption", "thead", "tbody", "tfoot", "tr", "th", "td"})
 _SPANS = ("colspan", "rowspan")
@@ -28,7 +29,7 @@ _SPANS = ("colspan", "rowspan")
 
 def escape(text: str) -> str:
     """`text` with every character Markdown or HTML could read as markup as a reference."""
-    return _MARKUP.sub(lambda m: _REFERENCES[m.group()], text)
+    return _MARKUP.sub(lambda m: _REFERENCES.get(m.group(), "&#92;"), text)
 
 
 def html_table(text: str) -> str:

@@ -1,0 +1,93 @@
+"""`ocrfleet api` as a real uvicorn process on a fresh PostgreSQL database, its own Redis
+database and a moto S3 bucket, with an API key per tenant: what the API security tests
+attack."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import redis
+
+from ocrfleet.api.keys import add_key
+from ocrfleet.db.migrate import upgrade
+from ocrfleet.db.session import dispose_engines, session_scope
+from tests.conftest import REDIS_URL, REPO, free_port, temporary_pg_database, wait_for_port
+from tests.integration.fleet_helpers import fleet_env, process_env
+
+TENANTS = ("acme", "globex")
+
+
+@dataclass
+class ApiServer:
+    base: str
+    env: dict[str, str]
+    keys: dict[str, str]
+    bucket: str
+    log: Path
+
+    def http(self, tenant: str | None = None, **kwargs: object) -> httpx.Client:
+        """A client of the server, with `tenant`'s key (or none)."""
+        headers = {"Authorization": f"Bearer {self.keys[tenant]}"} if tenant else {}
+        return httpx.Client(base_url=self.base, headers=headers, timeout=60, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def database_url(self) -> str:
+        return self.env["OCRFLEET_DATABASE_URL"]
+
+
+@contextmanager
+def running_api(moto_endpoint: str, directory: Path, **extra: str) -> Iterator[ApiServer]:
+    """The server up and answering, `extra` added to its environment (keys are made in the
+    fresh database whatever `OCRFLEET_DATABASE_URL` says); all it made is removed after."""
+    import boto3
+
+    bucket = f"ocrfleet-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket=bucket)
+    broker_url = f"{REDIS_URL}/{8 + os.getpid() % 7}"  # the redis_url fixture's database
+    broker = redis.Redis.from_url(broker_url)
+    broker.flushdb()
+    with temporary_pg_database() as pg_url:
+        upgrade(pg_url)
+        env = fleet_env(
+            pg_url=pg_url,
+            broker_url=broker_url,
+            bucket=bucket,
+            moto_endpoint=moto_endpoint,
+            OCRFLEET_CACHE_DIR=str(directory / "cache"),
+            **extra,
+        )
+        with session_scope(pg_url) as session:
+            keys = {tenant: add_key(session, tenant)[1] for tenant in TENANTS}
+        port = free_port()
+        log = directory / "api.log"
+        with log.open("ab") as out:
+            api = subprocess.Popen(
+                [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)],
+                cwd=REPO,
+                env=process_env(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_for_port(port, timeout=90)
+            yield ApiServer(f"http://127.0.0.1:{port}", env, keys, bucket, log)
+        finally:
+            api.terminate()
+            api.wait(timeout=30)
+            dispose_engines()
+            broker.flushdb()
+            broker.close()
