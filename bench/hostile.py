@@ -113,6 +113,55 @@ def pdf_rotated(rotate: int, line: str) -> bytes:
         return out.getvalue()
 
 
+def pdf_xobject_bomb(depth: int, fanout: int = 8) -> bytes:
+    """A page that draws a Form XObject `fanout` times, which draws the one below it
+    `fanout` times, `depth` levels deep: about 2 KB that ask PDFium for fanout**depth
+    draws (depth 7: seconds and gigabytes; depth 8: minutes)."""
+    import pikepdf
+    from pikepdf import Array, Dictionary, Name, Stream
+
+    pdf = pikepdf.new()
+    form = Stream(pdf, b"0 0 m 10 10 l 10 0 l h f 2 2 8 8 re S")
+    form.Type, form.Subtype, form.BBox = Name.XObject, Name.Form, Array([0, 0, 10, 10])
+    for _ in range(depth):
+        draws = b"".join(b"q 0.5 0 0 0.5 %d %d cm /X Do Q " % (i, i) for i in range(fanout))
+        outer = Stream(pdf, draws)
+        outer.Type, outer.Subtype, outer.BBox = Name.XObject, Name.Form, Array([0, 0, 100, 100])
+        outer.Resources = Dictionary(XObject=Dictionary(X=form))
+        form = outer
+    page = Dictionary(
+        Type=Name.Page,
+        MediaBox=Array([0, 0, 200, 200]),
+        Contents=Stream(pdf, b"/X Do"),
+        Resources=Dictionary(XObject=Dictionary(X=form)),
+    )
+    pdf.pages.append(pikepdf.Page(page))
+    out = io.BytesIO()
+    pdf.save(out, object_stream_mode=pikepdf.ObjectStreamMode.generate)
+    return out.getvalue()
+
+
+def pdf_inflate_bomb(megabytes: int = 1024) -> bytes:
+    """A page whose content stream is deflated twice: about 15 KB that inflate to
+    `megabytes` MiB of drawing operators (the first pass at level 1: built in seconds)."""
+    import pikepdf
+    from pikepdf import Array, Dictionary, Name, Stream
+
+    once = zlib.compressobj(1)
+    block = b"0 0 m 1 1 l S\n" * 74_898  # 1 MiB, to the byte
+    deflated = b"".join(once.compress(block) for _ in range(megabytes)) + once.flush()
+    pdf = pikepdf.new()
+    contents = Stream(pdf, b"")
+    contents.write(zlib.compress(deflated, 9), filter=Array([Name.FlateDecode] * 2))
+    page = Dictionary(Type=Name.Page, MediaBox=Array([0, 0, 100, 100]), Contents=contents)
+    pdf.pages.append(pikepdf.Page(page))
+    out = io.BytesIO()
+    pdf.save(
+        out, compress_streams=False, stream_decode_level=pikepdf.StreamDecodeLevel.none
+    )
+    return out.getvalue()
+
+
 def pdf_lying_count() -> bytes:
     """A one-page PDF whose page tree says /Count 3."""
     data = pdf_bytes(pages=1)

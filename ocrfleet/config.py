@@ -69,6 +69,23 @@ class Settings(BaseSettings):
     max_input_bytes: int = Field(256 * 1024 * 1024, ge=1)
     max_pages: int = Field(1000, ge=1)
     max_pixels: int = Field(60_000_000, ge=1, description="per page, after rendering")
+    # The split's budget (ocrfleet/pipeline/sandbox.py): each step of rendering or decoding
+    # an input (opening it, each page) runs in a child process under these limits; over
+    # either, the input is `rejected: render_budget`. Not in run_id: they change no output.
+    render_timeout_s: float = Field(
+        60.0, gt=0, description="wall-clock seconds to open an input, and to render each page"
+    )
+    render_memory_mb: int = Field(
+        2048, ge=256, description="address space of the renderer child, the input included"
+    )
+    # Where tenants' objects may come from (ocrfleet/storage/sources.py). The fleet reads
+    # s3:// objects only in the store, the intake prefix and these; a tenant names only its
+    # own `<store>/intake/<tenant>/` and the entries here, `{tenant}` replaced by its name.
+    source_allow: CommaList = Field(
+        [],
+        description="s3://bucket/prefix entries the fleet may read; `{tenant}` confines an "
+        "entry to each tenant's own part, an entry without it is every tenant's",
+    )
 
     # Fleet behaviour.
     max_deliveries: int = Field(3, ge=1, description="a page delivered more often is failed")
@@ -201,7 +218,7 @@ class Settings(BaseSettings):
     cache_dir: Path = Path("./ocrfleet-cache")
     orientation_min_confidence: float = Field(0.6, ge=0.0, le=1.0)
 
-    @field_validator("engines", mode="before")
+    @field_validator("engines", "source_allow", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -216,6 +233,13 @@ class Settings(BaseSettings):
         if unknown or not value:
             raise ValueError(f"engines must be a non-empty subset of {sorted(known)}: {value}")
         return value
+
+    @field_validator("source_allow")
+    @classmethod
+    def _source_entries(cls, value: list[str]) -> list[str]:
+        from ocrfleet.storage.sources import parse_entry
+
+        return [parse_entry(entry).text for entry in value]
 
     def threshold(self, category: str) -> float | None:
         """The threshold set for every engine of `category` (titles, headers and the like

@@ -4,7 +4,8 @@ Page images live under `derived/` (named by input sha256, DPI and page number, s
 every run of the same input) and uploads under `intake/`; a page row references its image
 by `image_uri` and a document its upload by `source_uri`. Anything else under those two
 prefixes is left over: a crash between writing images and committing their rows, or rows
-deleted by hand. Nothing outside the two prefixes is ever touched.
+deleted by hand. Nothing outside the two prefixes is ever touched, nor tenants' own objects
+under `intake/<tenant>/` (`ocrfleet.storage.sources`), which are theirs, not the fleet's.
 """
 
 from __future__ import annotations
@@ -41,12 +42,17 @@ def referenced_keys(settings: Settings, store: ObjectStore) -> set[str]:
     return keys
 
 
+def _tenants(key: str) -> bool:
+    """Whether `key` is a tenant's object (`intake/<tenant>/...`), not an upload."""
+    return key.startswith("intake/") and "/" in key.removeprefix("intake/")
+
+
 def collect_garbage(settings: Settings, *, delete: bool = False) -> Garbage:
     """The unreferenced objects under `PREFIXES`; with `delete`, removes them too. Run it
     while nothing ingests: images are written before the rows that reference them."""
     store = open_store(settings)
     used = referenced_keys(settings, store)
-    keys = [key for prefix in PREFIXES for key in store.list(prefix)]
+    keys = [key for prefix in PREFIXES for key in store.list(prefix) if not _tenants(key)]
     unused = [key for key in keys if key not in used]
     if delete:
         for key in unused:

@@ -25,9 +25,9 @@ from ocrfleet.db.rule_flags import flag_document, flag_page
 from ocrfleet.db.session import session_scope
 from ocrfleet.db.upsert import upsert
 from ocrfleet.errors import describe, is_transient
-from ocrfleet.pipeline.images import encode_png, load_image
+from ocrfleet.pipeline.images import InputRejected, load_image
 from ocrfleet.pipeline.rules import RuleSet, load_rules
-from ocrfleet.pipeline.split import InputRejected, iter_pages, open_document
+from ocrfleet.pipeline.sandbox import Split, split_document
 from ocrfleet.runs import canonical_json, ensure_run, run_config
 from ocrfleet.storage import ObjectStore, StorageError, open_store, read_uri
 from ocrfleet.storage.local import display_uri, storable_uri
@@ -120,8 +120,9 @@ def ingest(
         "meta": metadata,
     }
     try:
-        document = open_document(data, ctx.settings, uri)
-        pages = _store_pages(ctx, data, document)
+        with split_document(data, ctx.settings, uri) as split:
+            document = split.document
+            pages = _store_pages(ctx, split)
     except InputRejected as rejected:
         return _finish_input(ctx, common, ir.DocumentStatus.rejected, str(rejected))
     except Exception as exc:
@@ -196,21 +197,22 @@ def record_unreadable(ctx: Context, uri: str, error: StorageError) -> IngestOutc
     return _finish_input(ctx, common, ir.DocumentStatus.rejected, detail)
 
 
-def _store_pages(ctx: Context, data: bytes, document: ir.Document) -> list[ir.Page]:
-    """Render page by page into the store, so a long PDF never sits in memory whole.
+def _store_pages(ctx: Context, split: Split) -> list[ir.Page]:
+    """Render page by page into the store, so a long PDF never sits in memory whole; the
+    rendering runs under the split's budget (`ocrfleet.pipeline.sandbox`).
 
-    An input can still turn out bad half-way (a TIFF whose third frame is cut short): then
-    the images already written are removed again, unless a page row of another run uses
-    them (page keys are shared by every run with the same input and DPI)."""
+    An input can still turn out bad half-way (a TIFF whose third frame is cut short, a page
+    over the budget): then the images already written are removed again, unless a page row
+    of another run uses them (page keys are shared by every run with the same input and
+    DPI)."""
     pages: list[ir.Page] = []
     try:
-        for number, image in enumerate(iter_pages(data, ctx.settings), start=1):
-            key = page_key(document.sha256, ctx.settings.dpi, number)
-            uri = ctx.store.put(key, encode_png(image), content_type="image/png")
+        for page in split.pages():
+            key = page_key(split.document.sha256, ctx.settings.dpi, page.number)
+            uri = ctx.store.put(key, page.png, content_type="image/png")
             pages.append(
-                ir.Page(number=number, width=image.width, height=image.height, image_uri=uri)
+                ir.Page(number=page.number, width=page.width, height=page.height, image_uri=uri)
             )
-            image.close()
         if not pages:
             raise InputRejected("no_pages", "the input has no pages")
     except BaseException:

@@ -39,13 +39,20 @@ from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
 from ocrfleet.formats import FORMATS, render_document
 from ocrfleet.formats.document import public_reason
-from ocrfleet.storage import open_store
+from ocrfleet.storage import StorageError, open_store
+from ocrfleet.storage.sources import SourceRefused, confine
 from ocrfleet.webhooks import UnsafeCallbackURL, result_urls
 
 PAGE_LIMIT = 100
-
 DocumentId = Annotated[int, Path(ge=1, le=inputs.MAX_ID)]
 log = logging.getLogger(__name__)
+# One answer for a URI outside the tenant's sources and for a missing object in them, so
+# the fleet's buckets cannot be probed through the API.
+NO_SOURCE = (
+    "`uri` names no object this API key may read: an existing object under its intake "
+    "prefix or an allowed source"
+)
+
 
 def ping(database_url: str) -> None:
     with session_scope(database_url) as session:
@@ -262,6 +269,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(422, "send exactly one of `file` and `uri`")
         if uri is not None and not uri.startswith("s3://"):
             raise HTTPException(422, "`uri` must be an s3:// URI")
+        if uri is not None:
+            try:  # the tenant's own intake prefix or an allowed source, nothing else
+                uri = confine(uri, tenant, settings)
+            except SourceRefused:
+                raise HTTPException(422, NO_SOURCE) from None
         meta = inputs.metadata(metadata)
         meta[models.TENANT_FIELD] = tenant  # becomes documents.tenant in client.submit
         if file is not None and file.filename:
@@ -275,6 +287,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 webhook_key_id=request.state.api_key_id,
                 settings=settings,
             )
+        except StorageError as exc:
+            if uri is not None and exc.permanent:  # missing reads as refused: no probing
+                raise HTTPException(422, NO_SOURCE) from None
+            raise HTTPException(503, "the store is unavailable: try again later") from exc
         except (UnsafeCallbackURL, ValueError) as exc:
             raise HTTPException(422, str(exc)) from exc
         except client.SubmitError as exc:

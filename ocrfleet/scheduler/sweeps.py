@@ -12,7 +12,8 @@
   document has no message anywhere. One that has none in any queue or in `unacked` and
   has not moved for `sweep_lost_after_s` is enqueued again, at the head of its queue.
 - **intake**: objects under `OCRFLEET_INTAKE_PREFIX` that were dropped in the store without
-  a submit are submitted once (the document's sha256 + run is the dedup key).
+  a submit are submitted once (the document's sha256 + run is the dedup key); one in a
+  tenant's intake prefix (`<store>/intake/<tenant>/...`) as that tenant's.
 - **retention**: page images derived from documents finished more than
   `page_image_retention_days` ago are deleted.
 """
@@ -246,6 +247,7 @@ def ingest_intake(settings: Settings) -> list[int]:
     """Submit every object under the intake prefix that is not a document yet."""
     from ocrfleet import client
     from ocrfleet.storage import open_store
+    from ocrfleet.storage.sources import tenant_of
 
     prefix = settings.intake_prefix
     if not prefix:
@@ -261,8 +263,10 @@ def ingest_intake(settings: Settings) -> list[int]:
         uri = store.uri(key)
         if uri in known:
             continue
+        tenant = tenant_of(uri, settings)
+        meta = {models.TENANT_FIELD: tenant} if tenant else None
         try:
-            submitted.append(client.submit(uri, settings=settings))
+            submitted.append(client.submit(uri, metadata=meta, settings=settings))
         except Exception as exc:  # one bad object must not stop the others
             log.error("cannot submit intake object %s: %s", uri, exc)
     return submitted

@@ -22,6 +22,7 @@ from ocrfleet.storage.base import (
 from ocrfleet.storage.keys import join_key, validate_key, validate_prefix
 from ocrfleet.storage.local import LocalStore, file_uri_to_path
 from ocrfleet.storage.s3 import S3Store, parse_s3_uri
+from ocrfleet.storage.sources import SourceRefused, fleet_may_read
 
 __all__ = [
     "AccessDenied",
@@ -30,6 +31,7 @@ __all__ = [
     "ObjectNotFound",
     "ObjectStore",
     "S3Store",
+    "SourceRefused",
     "StorageError",
     "TransientStorageError",
     "join_key",
@@ -70,10 +72,17 @@ def _bucket_store(bucket: str, settings: Settings) -> S3Store:
 def read_uri(uri: str, settings: Settings) -> bytes:
     """Bytes behind `s3://bucket/key`, `file://...` or a plain local path.
 
-    Local paths are read as given (no store root applies): whoever can enqueue a URI can make
-    a worker read any file that worker may read.
+    An `s3://` object outside the store, the intake prefix and `OCRFLEET_SOURCE_ALLOW` is
+    refused (`SourceRefused`) before any request: the fleet's credentials read only where
+    the operator pointed them (`ocrfleet.storage.sources`). Local paths are read as given
+    (no store root applies): whoever can enqueue a URI can make a worker read any file that
+    worker may read, so the HTTP API takes `s3://` URIs only, confined to the tenant's.
     """
     if uri.startswith("s3://"):
+        if not fleet_may_read(uri, settings):
+            raise SourceRefused(
+                f"read {uri[:200]}: not in the store, the intake prefix or OCRFLEET_SOURCE_ALLOW"
+            )
         bucket, key = parse_s3_uri(uri)
         return _bucket_store(bucket, settings).get(key)
     if uri.startswith("file://"):
