@@ -23,7 +23,8 @@ no engine time. A document already in the cache with the same versions is not re
 
 A second pass (`--ctc`) adds what the CTC models say about each crop, cached in
 `bench/out/realrows/<set>.ctc.jsonl` by the crop (image and box), never re-reading
-tesseract: EasyOCR's reading (the third reader, as a candidate engine), and per CTC model
+tesseract: EasyOCR's reading (the third reader, as a candidate engine: the reading primes
+the posterior cache, `ocrfleet.scorers.ctc.RECENT`, so it costs one model call), and per CTC model
 (RapidOCR's, EasyOCR's) its greedy reading, its character evidence and the log-likelihood
 of every text the training asks about (each engine's reading, the truth and its
 augmentations). A text the cache lacks (a corrected label) is scored by running only the
@@ -42,7 +43,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -65,6 +66,9 @@ UW3_BOOK = REALDOCS / "uw3_500_ocropy" / "book"
 OUT = ROOT / "bench" / "out" / "realrows"
 LAYOUT = "rapid"  # the detector's layout setting the rows are detected with
 SETS = ("sroie", "uw3", "unlv")
+# The readers of the first pass; the other readers (EasyOCR) read in the CTC pass, where
+# their reading and their posterior come from one model call.
+FIRST_PASS = ("rapidocr", "tesseract")
 MIN_IOU = 0.5
 MIN_COVER = 0.9
 GT_EVERY = 3  # ground-truth box crops of every third receipt: the second source, not the base
@@ -337,7 +341,7 @@ def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
                     f"{set_name} row {row.id} has no CTC evidence; run "
                     f"`python bench/realrows.py --ctc --sets {set_name}`"
                 )
-            row = replace(row, ctc=found)
+            row = _merged(row, found)
         rows.append(row)
     return rows
 
@@ -353,7 +357,7 @@ def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
     from ocrfleet.engines import load_detector
     from ocrfleet.scorers import second_readers
 
-    readers = second_readers(settings)
+    readers = [r for r in second_readers(settings) if r.name in FIRST_PASS]
     keys = {reader.name: _engine_key(reader) for reader in readers}
     path = cache_path(set_name, shard)
     # Readings already cached under these engine versions are reused, the rest re-read.
@@ -477,17 +481,9 @@ def _ctc_records(set_name: str) -> dict[str, dict]:
     return records
 
 
-def load_ctc(set_name: str) -> dict[str, dict[str, CtcRecord]]:
-    """crop id -> CTC records by model name."""
-    out = {}
-    for key, record in _ctc_records(set_name).items():
-        out[key] = {
-            name.split("@", 1)[0]: CtcRecord(
-                name.split("@", 1)[0], m["text"], *m["evidence"], m["ll"]
-            )
-            for name, m in record["models"].items()
-        }
-    return out
+def load_ctc(set_name: str) -> dict[str, dict]:
+    """crop id -> its record of the CTC pass (as `ctc_records` gives them)."""
+    return _ctc_records(set_name)
 
 
 def texts_to_score(row: RealRow, partner: RealRow | None, greedy: Sequence[str]) -> set[str]:
@@ -508,6 +504,69 @@ def _finite(value: float) -> float:
     return max(float(value), -1e6)
 
 
+def ctc_records(
+    rows: Sequence[RealRow], partner: Callable[[RealRow], RealRow | None], readers: Sequence
+) -> list[dict[str, dict]]:
+    """Per row: `reads`, the CTC readers' readings the row lacks (`name@version` -> reading),
+    and `models`, per CTC reader its greedy reading, the evidence on it and the
+    log-likelihood of every text of `texts_to_score`; the crops read in one batch each."""
+    crops = [row.crop() for row in rows]
+    reads: dict[str, list[Reading | None]] = {}
+    for reader in readers:  # a reading the first pass did not make; primes ctc.RECENT
+        if any(reader.name not in row.reads for row in rows):
+            reads[reader.name] = read_all(reader, crops)
+    posteriors = {reader.name: reader.posteriors(crops) for reader in readers}
+    extras = [
+        {_engine_key(r): reads[r.name][k] for r in readers if r.name in reads}
+        for k in range(len(rows))
+    ]
+    merged = {
+        row.id: _merged(row, {"reads": extra, "models": {}})
+        for row, extra in zip(rows, extras, strict=True)
+    }
+
+    def partner_read(row: RealRow) -> RealRow | None:
+        found = partner(row)
+        return None if found is None else merged.get(found.id, found)
+
+    out = []
+    for k, row in enumerate(rows):
+        greedy = [posteriors[reader.name][k].text() for reader in readers]
+        texts = sorted(texts_to_score(merged[row.id], partner_read(row), greedy))
+        models = {}
+        for reader in readers:
+            posterior = posteriors[reader.name][k]
+            evidence = posterior.evidence()
+            models[_engine_key(reader)] = {
+                "text": posterior.text(),
+                "evidence": [evidence.min_char_prob, evidence.min_margin, evidence.mean_log_prob],
+                "ll": {t: _finite(posterior.log_likelihood(t)) for t in texts},
+            }
+        out.append({"reads": extras[k], "models": models})
+    return out
+
+
+def with_ctc(rows: Sequence[RealRow], records: Sequence[dict[str, dict]]) -> list[RealRow]:
+    """`rows` with their CTC records (as `ctc_records` gives them)."""
+    return [_merged(row, record) for row, record in zip(rows, records, strict=True)]
+
+
+def _merged(row: RealRow, record: dict) -> RealRow:
+    reads = {name.split("@", 1)[0]: _reading(v) for name, v in record["reads"].items()}
+    return replace(row, reads={**row.reads, **reads}, ctc=_parse_models(record["models"]))
+
+
+def _reading(value) -> Reading | None:
+    return None if value is None else (*value, None)[:3]
+
+
+def _parse_models(models: dict[str, dict]) -> dict[str, CtcRecord]:
+    return {
+        name.split("@", 1)[0]: CtcRecord(name.split("@", 1)[0], m["text"], *m["evidence"], m["ll"])
+        for name, m in models.items()
+    }
+
+
 def fill_ctc(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
     """The CTC pass over the cached rows of `set_name`: every crop whose record is missing,
     from other model versions, or lacks a text, is read by the CTC models (batched per
@@ -519,10 +578,13 @@ def fill_ctc(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
     if not readers:
         raise RuntimeError("no CTC reader (one with `posteriors`) among the second readers")
     keys = {reader.name: _engine_key(reader) for reader in readers}
-    rows = load_rows(set_name)
+    cached = _ctc_records(set_name)
+    rows = [
+        _merged(row, cached[crop_id(row)]) if crop_id(row) in cached else row
+        for row in load_rows(set_name)
+    ]
     partner = partner_of(rows)
     path = ctc_path(set_name, shard)
-    cached = _ctc_records(set_name)
     records: dict[str, dict] = {}
     started, count = time.perf_counter(), 0
     for n_doc, doc in enumerate(sorted({row.doc for row in rows})):
@@ -540,23 +602,13 @@ def fill_ctc(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
             todo.append(row)
         if not todo:
             continue
-        crops = [row.crop() for row in todo]
-        posteriors = {reader.name: reader.posteriors(crops) for reader in readers}
-        for k, row in enumerate(todo):
-            greedy = [posteriors[name][k].text() for name in keys]
-            texts = sorted(texts_to_score(row, partner(row), greedy))
-            models = {}
-            for name, key in keys.items():
-                posterior = posteriors[name][k]
-                evidence = posterior.evidence()
-                models[key] = {
-                    "text": posterior.text(),
-                    "evidence": [
-                        evidence.min_char_prob, evidence.min_margin, evidence.mean_log_prob
-                    ],
-                    "ll": {t: _finite(posterior.log_likelihood(t)) for t in texts},
-                }  # fmt: skip
-            records[crop_id(row)] = {"crop": crop_id(row), "id": row.id, "models": models}
+        for row, record in zip(todo, ctc_records(todo, partner, readers), strict=True):
+            before = cached.get(crop_id(row), {}).get("reads", {})
+            kept = {k: v for k, v in before.items() if k in keys.values()}
+            records[crop_id(row)] = {
+                "crop": crop_id(row), "id": row.id, "reads": {**kept, **record["reads"]},
+                "models": record["models"],
+            }  # fmt: skip
         count += len(todo)
         _write(path, records, {})
         print(f"{set_name} {doc}: {len(todo)} crops ({time.perf_counter() - started:.0f} s)")

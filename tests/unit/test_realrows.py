@@ -1,0 +1,97 @@
+"""bench/realrows.py's cache: readings are kept by crop and labels applied at load, so an
+audited label changes training rows without any engine reading again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import label_audit, realrows
+from tests.conftest import REALDOCS
+
+BOOK = REALDOCS / "uw3_500_ocropy" / "book"
+HEADER = "set,document,line,original,corrected,reason\n"
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A realrows cache and a corrections file of the test's own."""
+    monkeypatch.setattr(realrows, "OUT", tmp_path / "realrows")
+    monkeypatch.setattr(label_audit, "CORRECTIONS", tmp_path / "corrections.csv")
+    (tmp_path / "corrections.csv").write_text(HEADER)
+    label_audit.corrections.cache_clear()
+    yield tmp_path / "realrows"
+    label_audit.corrections.cache_clear()
+
+
+def _book_line() -> tuple[Path, str]:
+    if not BOOK.is_dir():
+        pytest.skip(f"no UW3 book lines under {BOOK}")
+    png = sorted(BOOK.glob("*/*.bin.png"))[0]
+    return png, png.with_name(png.name.replace(".bin.png", ".gt.txt")).read_text().strip()
+
+
+def _write(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def _record(png: Path, truth: str, **extra) -> dict:
+    stem = png.name.split(".")[0]
+    return {
+        "set": "uw3", "doc": png.parent.name, "id": f"{png.parent.name}/{stem}",
+        "source": "gt", "image": str(png), "bbox": None, "truth": truth, "line": stem,
+        "case_sensitive": True, "reads": {"rapidocr@v1": [truth, 0.99, 0.98]}, **extra,
+    }  # fmt: skip
+
+
+def test_a_correction_relabels_a_cached_row_and_a_stale_one_is_an_error(cache: Path) -> None:
+    png, truth = _book_line()
+    _write(realrows.cache_path("uw3"), [_record(png, truth)])
+    (row,) = realrows.load_rows("uw3")
+    assert row.truth == truth and row.reads["rapidocr"][0] == truth
+    stem = png.name.split(".")[0]
+    label_audit.CORRECTIONS.write_text(
+        HEADER + f'uw3,{png.parent.name},{stem},"{truth}",corrected text,test\n'
+    )
+    label_audit.corrections.cache_clear()
+    (row,) = realrows.load_rows("uw3")
+    assert row.truth == "corrected text"  # the label moved; the reading is the cached one
+    assert row.reads["rapidocr"][0] == truth
+    label_audit.CORRECTIONS.write_text(
+        HEADER + f"uw3,{png.parent.name},{stem},not the annotation,corrected text,test\n"
+    )
+    label_audit.corrections.cache_clear()
+    with pytest.raises(label_audit.StaleCorrection):
+        realrows.load_rows("uw3")
+
+
+def test_rows_cached_without_their_line_identity_say_what_to_run(cache: Path) -> None:
+    png, truth = _book_line()
+    record = _record(png, truth)
+    del record["line"]
+    _write(realrows.cache_path("uw3"), [record])
+    with pytest.raises(ValueError, match="run `python bench/realrows.py --sets uw3`"):
+        realrows.load_rows("uw3")
+
+
+def test_ctc_evidence_is_found_by_crop_and_a_missing_text_says_what_to_run(cache: Path) -> None:
+    png, truth = _book_line()
+    _write(realrows.cache_path("uw3"), [_record(png, truth)])
+    with pytest.raises(ValueError, match="no CTC evidence; run"):
+        realrows.load_rows("uw3", ctc=True)
+    (row,) = realrows.load_rows("uw3")
+    model = {"text": truth, "evidence": [0.9, 0.8, -0.1], "ll": {truth: -1.5}}
+    _write(
+        realrows.ctc_path("uw3"),
+        [{"crop": realrows.crop_id(row), "id": row.id,
+          "reads": {"easyocr@v2": [truth, 0.7, None]}, "models": {"easyocr@v2": model}}],
+    )  # fmt: skip
+    (row,) = realrows.load_rows("uw3", ctc=True)
+    assert row.reads["easyocr"] == (truth, 0.7, None)
+    scores = row.ctc["easyocr"].scores()
+    assert scores.log_likelihood(truth) == -1.5 and scores.min_char_prob == 0.9
+    with pytest.raises(KeyError, match="run `python bench/realrows.py --ctc`"):
+        scores.log_likelihood("another text")
