@@ -266,7 +266,7 @@ def _status(sock: socket.socket, deadline: float) -> int:
         sock.settimeout(_remaining(deadline))
         chunk = sock.recv(1024)
         if not chunk:
-            break
+            raise ConnectionError("the receiver closed the connection before its status line")
         received += chunk
     line = received.split(b"\r\n", 1)[0].decode("latin-1")
     version, _, rest = line.partition(" ")

@@ -182,3 +182,46 @@ def test_body_limit_refuses_declared_and_streamed_bodies() -> None:
     assert asyncio.run(post(b"x" * 1001)).status_code == 413
     assert asyncio.run(post(chunks(10))).text == "1000"
     assert asyncio.run(post(chunks(11))).status_code == 413
+
+
+def test_migration_0008_gives_existing_keys_and_deliveries_their_own_values(tmp_path) -> None:
+    """Keys made before 0008 get a secret each (never a shared one); attempts made before it
+    belong to the completion's delivery id."""
+    from sqlalchemy import text
+
+    from ocrfleet.db.migrate import downgrade
+    from ocrfleet.db.session import get_engine
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    upgrade(url, "0007")
+    with get_engine(url).begin() as conn:
+        conn.execute(text("INSERT INTO runs (id, config, created_at) VALUES ('r', '{}', 0)"))
+        conn.execute(
+            text(
+                "INSERT INTO documents (id, run_id, sha256, tenant, source_uri, pages_done, "
+                "pages_failed, status, priority, created_at, updated_at) "
+                "VALUES (4, 'r', 's', '', 'x', 0, 0, 'done', 'normal', 0, 0)"
+            )
+        )
+        for key in ("a", "b"):
+            conn.execute(
+                text("INSERT INTO api_keys (tenant, key_hash, created_at) VALUES (:t, :h, 0)"),
+                {"t": key, "h": key * 64},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO deliveries (document_id, attempt, url, event, created_at) "
+                "VALUES (4, 1, 'http://x', 'done', 0)"
+            )
+        )
+    dispose_engines()
+    upgrade(url)
+    with get_engine(url).connect() as conn:
+        secrets = [s for (s,) in conn.execute(text("SELECT webhook_secret FROM api_keys"))]
+        delivery = conn.execute(text("SELECT delivery FROM deliveries")).scalar_one()
+    assert len(set(secrets)) == 2 and all(s.startswith("whsec_") for s in secrets)
+    assert delivery == "4-done"
+    dispose_engines()
+    downgrade(url, "0007")
+    upgrade(url)
+    dispose_engines()
