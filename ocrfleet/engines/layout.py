@@ -6,9 +6,11 @@ detector finds the text lines, and the page's regions are built from both.
   the consensus verifier read lines, and a reviewer corrects a line, not a paragraph.
 - A table or formula block is one region, carrying its text lines (`Region.lines`) for an
   engine that can only read lines.
-- A figure block is one region with no text; the lines inside it are not read, unless they
-  cover FIGURE_TEXT_SHARE of it or it covers PAGE_FIGURE_SHARE of the page (then it was
-  text the model mislabelled).
+- A figure block is one region with no text, followed by the text lines inside it as text
+  regions of the same block: a figure is never a place where detected text goes unread (a
+  receipt photographed whole, a chart's labels). Where its lines cover FIGURE_TEXT_SHARE of
+  it or it covers PAGE_FIGURE_SHARE of the page it was text the model mislabelled: it
+  becomes a text block, with no figure region.
 - A line that no block holds is a text region of its own, so nothing the line detector
   found is lost when the layout model misses a block.
 
@@ -126,6 +128,7 @@ def layout_version(model_path: Path | None = None) -> str:
             "params": [
                 [MODEL_SCORE, KEEP_SCORE, TABLE_SCORE, NMS_IOU, OVERLAP_SHARE, LINE_SHARE],
                 [ROW_GAP, FIGURE_TEXT_SHARE, PAGE_FIGURE_SHARE, "flow", FLOW_MAX_BLOCKS],
+                "figure lines read",
                 "nested blocks merge",
                 sorted(CDLA_CLASSES.items()),
             ],
@@ -275,7 +278,9 @@ def build_regions(
                     **common,
                 )
             )
-            continue
+            if block.category.has_text:
+                continue
+            common["category"] = ir.Category.text  # the figure's own lines, read as text
         for line in inner:
             regions.append(
                 ir.Region(
