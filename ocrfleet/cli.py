@@ -178,6 +178,7 @@ def _print_summary(
             console.print(
                 f"skipped {len(skips)} file(s): {json.dumps(skips)}", markup=False, soft_wrap=True
             )
+        _print_review_hint(rows, console)
         return
     out = Console(highlight=False)
     table = Table(title="ocrfleet run", title_justify="left")
@@ -203,12 +204,30 @@ def _print_summary(
         counts[row.status] = counts.get(row.status, 0) + 1
     totals = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     out.print(f"{len(rows)} input(s): {totals}", markup=False)
+    _print_review_hint(rows, out)
     for name, row in zip(names, rows, strict=True):
         if row.status != "done":
             out.print(f"  {row.status} {_short(name)} (id {row.document_id})", markup=False)
             for reason in row.reasons:
                 out.print(f"      {reason}", markup=False, overflow="fold")
     _print_skipped(skipped, out)
+
+
+def _print_review_hint(rows: list, out: Console) -> None:
+    """How many regions wait for a person, and where to open them: the text is not
+    verified until then (the JSON rows carry `awaiting_review` and `review_path`)."""
+    waiting = {row.document_id: row for row in rows if row.awaiting_review}
+    if not waiting:
+        return
+    regions = sum(row.awaiting_review for row in waiting.values())
+    paths = [row.review_path for row in waiting.values()]
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    out.print(
+        f"{regions} region(s) in {len(waiting)} document(s) await review: open them with "
+        f"`ocrfleet review` (queue at /queue; {shown})",
+        markup=False,
+        overflow="fold",
+    )
 
 
 def _short(path: str) -> str:

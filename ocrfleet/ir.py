@@ -197,12 +197,14 @@ class Score(_Model):
 
 
 class Decision(_Model):
-    """The review policy's outcome for one region."""
+    """The review policy's outcome for one region. `threshold` is the one the chosen
+    candidate was held to (None: no engine chosen, or that kind is uncalibrated)."""
 
     region_number: int = Field(ge=1)
     chosen_engine: str | None
     accepted: bool
     flag_reason: str | None = None
+    threshold: float | None = None
 
     @model_validator(mode="after")
     def _flag_iff_rejected(self) -> Decision:

@@ -26,9 +26,15 @@ class DocumentSummary:
     flagged: int
     mean_confidence: float | None
     reasons: tuple[str, ...] = ()  # the document's reason, then each failed page's
+    awaiting_review: int = 0  # regions with an open flag: what a person still has to look at
+
+    @property
+    def review_path(self) -> str | None:
+        """Where the review app (`ocrfleet review`) shows this document, if it has work."""
+        return f"/documents/{self.document_id}" if self.awaiting_review else None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "review_path": self.review_path}
 
 
 def document_summaries(session: Session, document_ids: list[int]) -> list[DocumentSummary]:
@@ -53,6 +59,15 @@ def document_summaries(session: Session, document_ids: list[int]) -> list[Docume
             .join(models.Region, models.Region.page_id == models.Page.id)
             .join(models.ReviewFlag, models.ReviewFlag.region_id == models.Region.id)
             .where(models.Page.document_id.in_(docs))
+            .group_by(models.Page.document_id)
+        ).all()
+    )
+    awaiting = dict(
+        session.execute(
+            select(models.Page.document_id, func.count(func.distinct(models.Region.id)))
+            .join(models.Region, models.Region.page_id == models.Page.id)
+            .join(models.ReviewFlag, models.ReviewFlag.region_id == models.Region.id)
+            .where(models.Page.document_id.in_(docs), models.ReviewFlag.status == "open")
             .group_by(models.Page.document_id)
         ).all()
     )
@@ -89,6 +104,7 @@ def document_summaries(session: Session, document_ids: list[int]) -> list[Docume
                 None if confidences.get(doc.id) is None else float(confidences[doc.id])
             ),
             reasons=tuple(([doc.reason] if doc.reason else []) + page_reasons.get(doc.id, [])),
+            awaiting_review=awaiting.get(doc.id, 0),
         )
         for doc in (docs[i] for i in document_ids)
     ]

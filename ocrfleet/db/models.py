@@ -162,6 +162,7 @@ class Region(Base):
     lines: Mapped[list[list[int]] | None] = mapped_column(JSON)  # [x0, y0, x1, y1] each
     chosen_engine: Mapped[str | None] = mapped_column(String(32))
     accepted: Mapped[bool | None]
+    threshold: Mapped[float | None] = mapped_column(Float)  # the decision's; see ir.Decision
 
 
 class Candidate(Base):

@@ -122,6 +122,7 @@ def save_page_result(session: Session, page_id: int, result: ir.PageResult) -> N
                 "lines": [list(line.as_tuple()) for line in region.lines] or None,
                 "chosen_engine": d.chosen_engine if (d := decisions.get(region.number)) else None,
                 "accepted": d.accepted if d else None,
+                "threshold": d.threshold if d else None,
             }
             for region in result.regions
         ],
@@ -222,6 +223,7 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
             Region.lines,
             Region.chosen_engine,
             Region.accepted,
+            Region.threshold,
         )
         .where(Region.page_id == page_id)
         .order_by(Region.id)
@@ -299,6 +301,7 @@ def load_page_result(session: Session, page_id: int) -> ir.PageResult:
                 chosen_engine=region.chosen_engine,
                 accepted=region.accepted,
                 flag_reason=None if region.accepted else reasons[region.id],
+                threshold=region.threshold,
             )
         )
     return ir.PageResult(

@@ -1,6 +1,8 @@
 """ALTO v4 (valid against alto-4-4.xsd): a `Page` per page with one `PrintSpace`, a
-`TextBlock` per region, a `TextLine` per line and a `String` per word (`WC` 0-1 where the
-engine gave a confidence), `SP` between words. Measurement unit: pixels of the page image."""
+`TextBlock` per region, a `TextLine` per line and a `String` per word, `SP` between words.
+A word's `WC` (0-1) is its region's verified score (`RegionView.verified`), not the engine's
+own confidence; a region waiting for review refers (`TAGREFS`) to an `OtherTag` whose LABEL
+is its flag reason. Measurement unit: pixels of the page image."""
 
 from __future__ import annotations
 
@@ -37,6 +39,13 @@ def render(doc: DocumentView) -> str:
     processing = _el(description, "Processing", ID="ocrfleet")
     software = _el(processing, "processingSoftware")
     _el(software, "softwareName").text = "ocrfleet"
+    flags = sorted({f for page in doc.pages for r in page.regions if (f := r.awaiting_review)})
+    if flags:
+        tags = _el(root, "Tags")
+        about = "awaiting review: open it with `ocrfleet review`"
+        for n, flag in enumerate(flags, start=1):
+            _el(tags, "OtherTag", ID=f"flag_{n}", TYPE="review", LABEL=flag, DESCRIPTION=about)
+    tag_of = {flag: f"flag_{n}" for n, flag in enumerate(flags, start=1)}
     layout = _el(root, "Layout")
     for page in doc.pages:
         p = page.number
@@ -47,6 +56,9 @@ def render(doc: DocumentView) -> str:
         for region in page.regions:
             r = region.region.number
             block = _el(space, "TextBlock", ID=f"block_{p}_{r}", **_box(region.region.bbox))
+            if (flag := region.awaiting_review) is not None:
+                block.set("TAGREFS", tag_of[flag])
+            verified = region.verified
             for n, line in enumerate(region.lines, start=1):
                 line_el = _el(block, "TextLine", ID=f"line_{p}_{r}_{n}", **_box(line.bbox))
                 for w, word in enumerate(line.words, start=1):
@@ -54,7 +66,7 @@ def render(doc: DocumentView) -> str:
                         _el(line_el, "SP")
                     attrs: dict[str, object] = {"ID": f"word_{p}_{r}_{n}_{w}", **_box(word.bbox)}
                     attrs["CONTENT"] = word.text
-                    if word.confidence is not None:
-                        attrs["WC"] = f"{min(max(word.confidence, 0.0), 1.0):.4f}"
+                    if verified is not None:
+                        attrs["WC"] = f"{verified:.4f}"
                     _el(line_el, "String", **attrs)
     return etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True).decode()

@@ -45,6 +45,41 @@ class RegionView:
         return self.region.category.value
 
     @property
+    def awaiting_review(self) -> str | None:
+        """The flag reason while the region waits for a person; None once accepted or
+        reviewed."""
+        if self.decision is None or self.decision.accepted or self.review is not None:
+            return None
+        return self.decision.flag_reason
+
+    @property
+    def score(self) -> float | None:
+        """The scorer's score of the chosen candidate (an upper bound where its verdict is
+        `bounded`); None when it has none."""
+        chosen = self.decision.chosen_engine if self.decision else None
+        return next(
+            (s.score for s in self.scores if s.engine == chosen and s.score is not None), None
+        )
+
+    @property
+    def verified(self) -> float | None:
+        """How far the text is verified, 0-1, for word confidences in hOCR and ALTO: 1 where
+        a person decided it; otherwise the chosen candidate's score where it was verified
+        (`scored`) and 0 where it was not. None for a region with no text to verify (a
+        figure, or one no decision covers)."""
+        if self.review is not None:
+            return 1.0
+        if self.decision is None or self.decision.chosen_engine is None:
+            return None
+        chosen = self.decision.chosen_engine
+        verified = [
+            s.score
+            for s in self.scores
+            if s.engine == chosen and s.verdict == ir.Verdict.scored and s.score is not None
+        ]
+        return min(max(verified[0], 0.0), 1.0) if verified else 0.0
+
+    @property
     def lines(self) -> list[Line]:
         by_line: dict[int, list[ir.Word]] = {}
         for word in self.words:

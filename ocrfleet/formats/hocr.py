@@ -1,7 +1,9 @@
 """hOCR 1.2: one `ocr_page` per page, an `ocr_carea` per region, an `ocr_line` per line of
-its words and an `ocrx_word` per word, each with its `bbox`; words carry `x_wconf` (0-100)
-where the engine gave a confidence. Text and the title are HTML-escaped; pages carry no
-`image` property, whose value would be the fleet's own store URI of the page image."""
+its words and an `ocrx_word` per word, each with its `bbox`; words carry `x_wconf` (0-100),
+their region's verified score (`RegionView.verified`), not the engine's own confidence, and
+a region waiting for review carries its flag reason in `data-flag`. Text and the title are
+HTML-escaped; pages carry no `image` property, whose value would be the fleet's own store URI
+of the page image."""
 
 from __future__ import annotations
 
@@ -40,10 +42,13 @@ def render(doc: DocumentView) -> str:
         )
         for region in page.regions:
             r = region.region.number
+            flag = region.awaiting_review
+            flag_attr = "" if flag is None else f' data-flag="{escape(flag)}"'
             out.append(
                 f'<div class="ocr_carea" id="block_{p}_{r}" title="{_bbox(region.region.bbox)}"'
-                f' data-category="{region.category}">'
+                f' data-category="{region.category}"{flag_attr}>'
             )
+            verified = region.verified
             for n, line in enumerate(region.lines, start=1):
                 out.append(
                     f'<span class="ocr_line" id="line_{p}_{r}_{n}" title="{_bbox(line.bbox)}">'
@@ -51,8 +56,8 @@ def render(doc: DocumentView) -> str:
                 spans = []
                 for w, word in enumerate(line.words, start=1):
                     title = _bbox(word.bbox)
-                    if word.confidence is not None:
-                        title += f"; x_wconf {round(word.confidence * 100)}"
+                    if verified is not None:
+                        title += f"; x_wconf {round(verified * 100)}"
                     spans.append(
                         f'<span class="ocrx_word" id="word_{p}_{r}_{n}_{w}" title="{title}">'
                         f"{escape(word.text)}</span>"

@@ -1,5 +1,7 @@
 """JSON: the document, its pages, each page's regions in reading order with final text,
-review verdict and flag, every candidate with its scores, and the words of the final text.
+the decision (accepted, flag reason, the chosen candidate's score and the threshold it was
+held to, whether it awaits review), every candidate with its scores, and the words of the
+final text.
 The source is named by `meta.filename` where one was given, never by its store URI."""
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def _region(view: RegionView) -> dict[str, Any]:
         "accepted": decision.accepted if decision else None,
         "chosen_engine": decision.chosen_engine if decision else None,
         "flag": decision.flag_reason if decision else None,
+        "score": view.score,
+        "threshold": decision.threshold if decision else None,
+        "awaiting_review": view.awaiting_review is not None,
         "review": _review(view.review),
         "words": [_word(w) for w in view.words],
         "candidates": [

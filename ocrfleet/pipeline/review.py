@@ -37,6 +37,9 @@ UNCALIBRATED = "uncalibrated"  # no threshold for this (engine, category) kept i
 # scorer's screen predicted it would stay under.
 SCREENED = "screened"
 ENGINE_TRUNCATED = "engine_truncated"  # the chosen reading stopped at the token limit
+# The detector found text lines in the region, and the chosen reading is empty: accepting it
+# would pass "nothing here" off as read.
+EMPTY_READING = "empty_reading"
 # A table or formula read line by line: no configured engine reads the block as a whole.
 NO_BLOCK_ENGINE = {ir.Category.table: "no_table_engine", ir.Category.formula: "no_formula_engine"}
 
@@ -102,25 +105,32 @@ def decide(
     decisions = []
     for region in regions:
         own = [c for c in candidates if c.region_number == region.number]
-        if not region.category.has_text:  # a figure: kept, nothing to read or check
+        # A figure: kept as an image; the text lines in it are regions of their own.
+        if not region.category.has_text:
             decisions.append(
                 ir.Decision(region_number=region.number, chosen_engine=None, accepted=True)
             )
             continue
-        decisions.append(_caveats(region, own, _decide_region(region, own, score_of, policy)))
+        decision = _caveats(region, own, _decide_region(region, own, score_of, policy))
+        if decision.chosen_engine is not None:
+            threshold = policy.threshold(decision.chosen_engine, region.category)
+            decision = decision.model_copy(update={"threshold": threshold})
+        decisions.append(decision)
     return decisions
 
 
 def _caveats(
     region: ir.Region, candidates: list[ir.Candidate], decision: ir.Decision
 ) -> ir.Decision:
-    """A reading that is cut short, or a block read as loose lines, goes to review with that
-    as its reason however it scored: the score cannot see what is missing."""
+    """A reading that is cut short or empty, or a block read as loose lines, goes to review
+    with that as its reason however it scored: the score cannot see what is missing."""
     chosen = next((c for c in candidates if c.engine == decision.chosen_engine), None)
     if chosen is None:
         return decision
     reason = None
-    if chosen.truncated:
+    if decision.accepted and not chosen.text.strip():
+        reason = EMPTY_READING
+    elif chosen.truncated:
         reason = ENGINE_TRUNCATED
     elif chosen.read_as is not None and region.category in NO_BLOCK_ENGINE:
         reason = NO_BLOCK_ENGINE[region.category]

@@ -57,7 +57,9 @@ def test_best_scored_candidate_above_threshold_is_accepted() -> None:
         [cand(1, "rapidocr"), cand(1, "tesseract")],
         [scored(1, "rapidocr", 0.7), scored(1, "tesseract", 0.95)],
     )
-    assert d == ir.Decision(region_number=1, chosen_engine="tesseract", accepted=True)
+    assert d == ir.Decision(
+        region_number=1, chosen_engine="tesseract", accepted=True, threshold=0.6
+    )
 
 
 def test_threshold_is_inclusive() -> None:
@@ -321,3 +323,19 @@ def test_a_scorers_own_rule_accepts_before_its_thresholds_and_sees_the_scores() 
         (1, ["rapidocr", "tesseract"], ["rapidocr", "tesseract"]),
         (2, ["rapidocr", "tesseract"], ["rapidocr", "tesseract"]),
     ]
+
+
+def test_an_empty_reading_is_never_accepted_however_it_scored() -> None:
+    regions = [region(1), region(2, ir.Category.table)]
+    candidates = [cand(1, "rapidocr", " \n"), cand(2, "minicpm", "")]
+    scores = [scored(1, "rapidocr", 0.99), scored(2, "minicpm", 0.99)]
+    decisions = decide(regions, candidates, scores, SETTINGS, POLICY)
+    assert [(d.chosen_engine, d.accepted, d.flag_reason) for d in decisions] == [
+        ("rapidocr", False, "empty_reading"),
+        ("minicpm", False, "empty_reading"),
+    ]
+    # an empty reading that scored low keeps the reason it already had
+    (low,) = decide(
+        [region(1)], [cand(1, "rapidocr", "")], [scored(1, "rapidocr", 0.1)], SETTINGS, POLICY
+    )
+    assert low.flag_reason == "low_score"
