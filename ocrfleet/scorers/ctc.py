@@ -50,6 +50,8 @@ UNKNOWN_LOG_PROB = -20.0
 # Columns whose probability stays under this in every frame of a crop are dropped from its
 # posterior (see `prune`); they then read as `floor` = log(PRUNE_PROB), an upper bound.
 PRUNE_PROB = 1e-5
+_TINY = 1e-300
+_SPAN = 600.0
 
 
 @dataclass(frozen=True)
@@ -122,23 +124,29 @@ class Posterior:
         return "".join(ch for ch in dict.fromkeys(text) if ch not in self._columns)
 
     def log_likelihood(self, text: str) -> float:
-        """log P(text | crop) under this model (natural log): the CTC forward algorithm in
-        the log domain over every alignment of `text` with the frames. Characters without a
-        column score `floor` per frame; -inf when the frames cannot emit `text`."""
+        """log P(text | crop) under this model (natural log): the CTC forward algorithm over
+        every alignment of `text` with the frames. Characters without a column score `floor`
+        per frame; -inf when the frames cannot emit `text`."""
+        return self.log_likelihoods([text])[0]
+
+    def log_likelihoods(self, texts: Sequence[str]) -> list[float]:
+        """`log_likelihood` of each text, in one pass over the frames for all of them (the
+        pass is most of the cost, so scoring a crop's candidates together is cheaper)."""
         lp = self.log_probs.astype(np.float64)
-        blank = lp[:, 0]
-        if not text:
-            return float(blank.sum())
-        emissions = np.empty((lp.shape[0], len(text)), dtype=np.float64)
-        for j, char in enumerate(text):
-            columns = self._columns.get(char)
-            if columns is None:
-                emissions[:, j] = self.floor
-            elif len(columns) == 1:
-                emissions[:, j] = lp[:, columns[0]]
-            else:
-                emissions[:, j] = np.logaddexp.reduce(lp[:, columns], axis=1)
-        return ctc_forward(blank, emissions, text)
+        labels = [list(text) for text in texts]
+        if not labels:
+            return []
+        emissions = [np.empty((lp.shape[0], len(chars)), dtype=np.float64) for chars in labels]
+        for chars, block in zip(labels, emissions, strict=True):
+            for j, char in enumerate(chars):
+                columns = self._columns.get(char)
+                if columns is None:
+                    block[:, j] = self.floor
+                elif len(columns) == 1:
+                    block[:, j] = lp[:, columns[0]]
+                else:
+                    block[:, j] = np.logaddexp.reduce(lp[:, columns], axis=1)
+        return ctc_forward(lp[:, 0], emissions, labels)
 
 
 def _runs(best: np.ndarray) -> list[tuple[int, int, int]]:
@@ -151,37 +159,62 @@ def _runs(best: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(best[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=True) if best[s]]
 
 
-def ctc_forward(blank: np.ndarray, emissions: np.ndarray, labels: Sequence[str]) -> float:
-    """log of the summed probability of every CTC alignment of `labels` with the frames.
+def ctc_forward(
+    blank: np.ndarray, emissions: Sequence[np.ndarray], labels: Sequence[Sequence[str]]
+) -> list[float]:
+    """log of the summed probability of every CTC alignment of each label sequence with the
+    frames, natural log; -inf where there is none.
 
-    `blank` (T,) and `emissions` (T, n) are per-frame log-probabilities of the blank and of
-    each label. The extended sequence is blank, l1, blank, l2, ..., ln, blank; a frame stays
-    in a state, steps to the next, or skips a blank between two different labels (equal
-    neighbours need a blank between them)."""
-    frames, n = emissions.shape
-    if len(labels) != n or blank.shape != (frames,):
-        raise ValueError("blank, emissions and labels disagree on frames or length")
-    states = 2 * n + 1
-    emit = np.empty((frames, states), dtype=np.float64)
-    emit[:, 0::2] = blank[:, None]
-    emit[:, 1::2] = emissions
-    skip = np.zeros(states, dtype=bool)
-    for j in range(1, n):
-        skip[2 * j + 1] = labels[j] != labels[j - 1]
-    alpha = np.full(states, -np.inf)
+    `blank` (T,) holds the blank's per-frame log-probabilities and `emissions[k]` (T, n_k)
+    those of the n_k labels of sequence k. A sequence extends to blank, l1, blank, ...,
+    ln, blank; a frame stays in a state, steps to the next, or skips a blank between two
+    different labels (equal neighbours need a blank between them). All sequences run in one
+    recursion, each in its own block of states; the recursion is in the probability domain,
+    each frame's emissions scaled by their maximum within the block and each block's
+    forward variables renormalised every frame, with the logs of those scales summed."""
+    frames = blank.shape[0]
+    sizes = [2 * len(seq) + 1 for seq in labels]
+    starts = np.cumsum([0, *sizes[:-1]])
+    total = int(sum(sizes))
+    block = np.repeat(np.arange(len(sizes)), sizes)
+    log_emit = np.empty((frames, total), dtype=np.float64)
+    step = np.ones(total)  # from the previous state of the same block
+    skip = np.zeros(total)  # from two states back: between two different labels
+    for k, (seq, first) in enumerate(zip(labels, starts, strict=True)):
+        if emissions[k].shape != (frames, len(seq)):
+            raise ValueError("blank, emissions and labels disagree on frames or length")
+        log_emit[:, first : first + sizes[k] : 2] = blank[:, None]
+        log_emit[:, first + 1 : first + sizes[k] : 2] = emissions[k]
+        step[first] = 0.0
+        for j in range(1, len(seq)):
+            skip[first + 2 * j + 1] = float(seq[j] != seq[j - 1])
     if frames == 0:
-        return -math.inf
-    alpha[0] = emit[0, 0]
-    alpha[1] = emit[0, 1]
-    with np.errstate(invalid="ignore"):
-        for t in range(1, frames):
-            step = alpha.copy()
-            np.logaddexp(step[1:], alpha[:-1], out=step[1:])
-            skipped = np.logaddexp(step[2:], alpha[:-2])
-            step[2:] = np.where(skip[2:], skipped, step[2:])
-            alpha = step + emit[t]
-    total = np.logaddexp(alpha[-1], alpha[-2])
-    return float(total) if not np.isnan(total) else -math.inf
+        return [0.0 if not seq else -math.inf for seq in labels]
+    shift = np.maximum.reduceat(log_emit, starts, axis=1)  # (T, blocks)
+    # Within a block, emissions more than _SPAN nats under the frame's best count as _SPAN
+    # under it (float64 underflows near 745); no real posterior spreads that wide.
+    emit = np.exp(np.maximum(log_emit - shift[:, block], -_SPAN))
+    log_scale = shift.sum(axis=0)
+    alpha = np.zeros(total)
+    alpha[starts] = emit[0, starts]
+    second = starts[np.array(sizes) > 1] + 1
+    alpha[second] = emit[0, second]
+    moved = np.empty(total)
+    for t in range(1, frames):
+        sums = np.maximum(np.add.reduceat(alpha, starts), _TINY)
+        log_scale += np.log(sums)
+        alpha /= sums[block]
+        moved[:] = alpha
+        moved[1:] += step[1:] * alpha[:-1]
+        moved[2:] += skip[2:] * alpha[:-2]
+        moved *= emit[t]
+        alpha, moved = moved, alpha
+    ends = np.cumsum(sizes) - 1
+    out = []
+    for k, size in enumerate(sizes):
+        end = alpha[ends[k]] + (alpha[ends[k] - 1] if size > 1 else 0.0)
+        out.append(float(log_scale[k] + math.log(end)) if end > 0.0 else -math.inf)
+    return out
 
 
 def prune(

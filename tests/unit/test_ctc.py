@@ -61,6 +61,49 @@ def test_forward_equals_brute_force_on_tiny_random_posteriors() -> None:
     assert checked > 60 and impossible > 10  # both kinds of text were compared
 
 
+def _log_domain_forward(posterior: Posterior, text: str) -> float:
+    """The textbook recursion, state by state in the log domain: slow, and plainly right."""
+    lp = posterior.log_probs.astype(np.float64)
+    ext = [0]
+    for char in text:
+        ext += [posterior.charset.index(char), 0]
+    alpha = [-math.inf] * len(ext)
+    alpha[0] = lp[0, ext[0]]
+    if len(ext) > 1:
+        alpha[1] = lp[0, ext[1]]
+    for t in range(1, lp.shape[0]):
+        new = []
+        for s, column in enumerate(ext):
+            terms = [alpha[s]]
+            if s >= 1:
+                terms.append(alpha[s - 1])
+            if s >= 3 and column != 0 and ext[s - 2] != column:
+                terms.append(alpha[s - 2])
+            new.append(float(np.logaddexp.reduce(terms)) + lp[t, column])
+        alpha = new
+    return float(np.logaddexp(alpha[-1], alpha[-2])) if len(ext) > 1 else alpha[0]
+
+
+def test_long_texts_and_batches_agree_with_the_log_domain_recursion() -> None:
+    """Lines of a few hundred frames have likelihoods far below what a float can hold as a
+    probability: the scaled recursion must still give the log-domain value, alone or in a
+    batch of texts (a hopeless text in the batch does not disturb the others)."""
+    rng = np.random.default_rng(23)
+    posterior = _random_posterior(rng, 300, 6)
+    letters = "".join(posterior.charset[1:])
+    texts = ["".join(rng.choice(list(letters), size=n)) for n in (0, 1, 40, 120, 149)]
+    texts.append("a" * 160)  # needs 319 frames: impossible
+    expected = [_log_domain_forward(posterior, text) for text in texts]
+    assert min(e for e in expected if e > -math.inf) < -800  # exp underflows: scaling needed
+    together = posterior.log_likelihoods(texts)
+    alone = [posterior.log_likelihood(text) for text in texts]
+    for want, got, single in zip(expected, together, alone, strict=True):
+        if math.isinf(want):
+            assert got == single == -math.inf
+        else:
+            assert got == pytest.approx(want, rel=1e-9) and single == pytest.approx(want, rel=1e-9)
+
+
 def test_likelihoods_of_all_texts_sum_to_one() -> None:
     """Every path collapses to exactly one text: P(text) over all texts sums to 1."""
     posterior = _random_posterior(np.random.default_rng(3), 5, 3)
