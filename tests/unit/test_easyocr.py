@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from ocrfleet.engines.easyocr import (
 )
 from ocrfleet.metrics import levenshtein
 from ocrfleet.scorers import ctc
-from tests.unit.test_ctc_engines import uw3_lines
+from tests.unit.test_ctc_engines import UW3, uw3_lines
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +141,28 @@ def test_engine_is_known_to_settings_and_run_id(tmp_path: Path) -> None:
     wrong = settings.model_copy(update={"easyocr_model_path": tmp_path / "nope.pth"})
     with pytest.raises(FileNotFoundError):
         describe_engines(wrong)
+
+
+def test_runs_without_torch(tmp_path: Path) -> None:
+    """The default install has no torch: the engine must not need it, even where it is."""
+    crop = sorted(UW3.glob("*.png"))[0] if UW3.is_dir() else None
+    if crop is None:
+        pytest.skip(f"no UW3 lines under {UW3}")
+    script = (
+        "import sys; sys.modules['torch'] = None\n"  # any import of torch now fails
+        "from pathlib import Path\n"
+        "from ocrfleet.engines.easyocr import EasyOCRRecogniser\n"
+        "from ocrfleet.pipeline.images import load_image\n"
+        "engine = EasyOCRRecogniser(threads=1, cache_dir=Path(sys.argv[2]))\n"
+        "print(engine.recognise([load_image(open(sys.argv[1], 'rb').read())])[0][0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(crop), str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    truth = " ".join(crop.with_suffix("").with_suffix(".gt.txt").read_text().split())
+    assert done.stdout.strip() == truth
