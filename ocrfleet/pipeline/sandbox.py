@@ -43,6 +43,7 @@ BUDGET = "render_budget"
 _HEADER = struct.Struct("!Q")
 _CHILD_DOCUMENTS = 200  # a child is replaced after this many documents (heap drift)
 _CPU_SLACK_S = 5  # RLIMIT_CPU backstop per step, over the wall-clock limit
+_START_TIMEOUT_S = 120  # a child's imports, on a loaded machine
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _CHILD_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
@@ -89,7 +90,13 @@ class _Child:
             close_fds=True,
         )
         self.documents = 0
-        self.busy = False  # a request is out and its answer not read
+        self.busy = True  # until it says it is ready: its start is no input's time
+        try:
+            self._answer(time.monotonic() + _START_TIMEOUT_S)
+        except _ChildGone as gone:
+            self.kill()
+            raise RuntimeError(f"the renderer process did not start: {gone.why}") from None
+        self.busy = False
 
     def request(self, message: tuple[Any, ...], timeout_s: float) -> Any:
         """Send one request and wait at most `timeout_s` for its answer."""
@@ -98,11 +105,13 @@ class _Child:
             _write(self.proc.stdin, message)  # type: ignore[arg-type]
         except OSError:  # BrokenPipeError: it is gone
             raise _ChildGone(self._death()) from None
-        deadline = time.monotonic() + timeout_s
-        header = self._read(_HEADER.size, deadline)
-        answer = pickle.loads(self._read(_HEADER.unpack(header)[0], deadline))
+        answer = self._answer(time.monotonic() + timeout_s)
         self.busy = False
         return answer
+
+    def _answer(self, deadline: float) -> Any:
+        header = self._read(_HEADER.size, deadline)
+        return pickle.loads(self._read(_HEADER.unpack(header)[0], deadline))
 
     def _read(self, size: int, deadline: float) -> bytes:
         fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
@@ -274,6 +283,7 @@ def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     pages: Iterator[Any] | None = None
     number = 0
     settings: Settings | None = None
+    _write(stdout, ("ready",))
     while True:
         message = _read_message(stdin)
         if message is None:

@@ -215,7 +215,7 @@ def test_upload_webhook_every_format_tenants_and_limits(fleet: Fleet, receiver: 
 
     # A document already in S3, by URI.
     store = open_store(settings_from(fleet.env))
-    uri = store.put("elsewhere/by-uri.pdf", make_document(11, 1))
+    uri = store.put("intake/A/by-uri.pdf", make_document(11, 1))  # A's intake prefix
     by_uri = a.post("/v1/documents", data={"uri": uri, "metadata": '{"source": "s3"}'})
     assert by_uri.status_code == 202, by_uri.text
     state = wait_status(a, by_uri.json()["id"], {"done", "failed", "rejected"})
