@@ -134,11 +134,11 @@ def serve(url: str, world: World, **settings: object) -> Iterator[Server]:
 
 
 def ocrfleet(
-    args: list[str], url: str, world: World, stdin: str | None = None
+    args: list[str], url: str, world: World, stdin: str | None = None, **settings: object
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ocrfleet.cli", *args],
-        env=environment(url, world),
+        env=environment(url, world, **settings),
         input=stdin,
         capture_output=True,
         text=True,
