@@ -5,8 +5,10 @@ attack."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +21,7 @@ import redis
 from ocrfleet.api.keys import add_key
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines, session_scope
-from tests.conftest import REDIS_URL, REPO, free_port, temporary_pg_database, wait_for_port
+from tests.conftest import REDIS_URL, REPO, free_port, temporary_pg_database
 from tests.integration.fleet_helpers import fleet_env, process_env
 
 TENANTS = ("acme", "globex")
@@ -41,6 +43,11 @@ class ApiServer:
     @property
     def database_url(self) -> str:
         return self.env["OCRFLEET_DATABASE_URL"]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @contextmanager
@@ -83,7 +90,11 @@ def running_api(moto_endpoint: str, directory: Path, **extra: str) -> Iterator[A
                 stderr=subprocess.STDOUT,
             )
         try:
-            wait_for_port(port, timeout=90)
+            deadline = time.monotonic() + 90
+            while not port_open(port):
+                if api.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"ocrfleet api did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.2)
             yield ApiServer(f"http://127.0.0.1:{port}", env, keys, bucket, log)
         finally:
             api.terminate()
