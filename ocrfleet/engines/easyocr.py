@@ -27,8 +27,9 @@ non-blank frames' best probabilities, raised to 2/sqrt(frames)).
 Not reproduced: EasyOCR's second pass that re-reads a crop with stretched contrast when
 its confidence is under 0.1 (a different input, hence another posterior), its int8 dynamic
 quantisation on CPU (an approximation of these float weights), and its paragraph merging.
-A crop wider than MAX_RATIO times its height is squeezed to that ratio, which bounds the
-memory one crop can take.
+A crop wider than MAX_RATIO times its height is squeezed to that ratio (and a crop that
+much taller than wide is resized as one of that ratio), which bounds the memory one crop
+can take.
 
 `posteriors(crops)` gives each crop's CTC posterior (`ocrfleet.scorers.ctc.Posterior`, all
 97 classes); every reading keeps them in `ctc.RECENT`, so the scorer's character evidence for
@@ -327,7 +328,7 @@ def prepare(image: Image.Image) -> np.ndarray:
     height, width = grey.shape
     ratio = width / height
     if ratio < 1.0:
-        size = (HEIGHT, int(HEIGHT * height / width))
+        size = (HEIGHT, int(HEIGHT * min(height / width, MAX_RATIO)))
     else:
         size = (min(int(HEIGHT * ratio), HEIGHT * MAX_RATIO), HEIGHT)
     resized = Image.fromarray(cv2.resize(grey, size, interpolation=cv2.INTER_LINEAR), "L")
