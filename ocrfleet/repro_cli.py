@@ -29,8 +29,9 @@ console = Console(stderr=True)
 def run_times(path: Path, settings: Settings, times: int) -> tuple[str, list[list[PageOutput]]]:
     """The run_id and `times` outputs of `path`, each page through the whole page pipeline
     with one set of loaded models (as a worker runs them), nothing written."""
+    from ocrfleet.pipeline.images import load_image
     from ocrfleet.pipeline.page import process_image
-    from ocrfleet.pipeline.split import iter_pages
+    from ocrfleet.pipeline.sandbox import split_document
     from ocrfleet.runs import run_config, run_id_of
     from ocrfleet.service import output_sha256
     from ocrfleet.toolkit import get_toolkit
@@ -41,9 +42,12 @@ def run_times(path: Path, settings: Settings, times: int) -> tuple[str, list[lis
     outputs: list[list[PageOutput]] = []
     for _ in range(times):
         pages = []
-        for number, image in enumerate(iter_pages(data, settings), start=1):
-            result = process_image(number, image, toolkit)
-            pages.append(PageOutput(number, image.size, result, output_sha256(result)))
+        # Split under the budget, and read back from PNG as a worker reads a stored page.
+        with split_document(data, settings, str(path)) as split:
+            for page in split.pages():
+                image = load_image(page.png)
+                result = process_image(page.number, image, toolkit)
+                pages.append(PageOutput(page.number, image.size, result, output_sha256(result)))
         outputs.append(pages)
     return run_id, outputs
 
