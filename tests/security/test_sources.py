@@ -17,9 +17,11 @@ from pathlib import Path
 import boto3
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from ocrfleet import client
 from ocrfleet.api.app import NO_SOURCE
+from ocrfleet.config import Settings
 from ocrfleet.gc import collect_garbage
 from ocrfleet.scheduler.sweeps import ingest_intake
 from ocrfleet.storage import SourceRefused, read_uri
@@ -191,3 +193,16 @@ def test_the_intake_sweep_and_gc_honour_tenant_prefixes(
     s3.put_object(Bucket=bucket, Key="fleet/intake/B/not-yet.pdf", Body=b"%PDF-1.4 later")
     garbage = collect_garbage(settings)
     assert not [key for key in garbage.keys if key.startswith("intake/B/")]
+
+
+@pytest.mark.finding(
+    1,
+    before="no setting said which buckets the fleet may read",
+    after="OCRFLEET_SOURCE_ALLOW lists them; a malformed entry is a configuration error",
+)
+def test_a_malformed_source_entry_is_a_configuration_error() -> None:
+    for bad in ("http://x/y", "s3://b/{tenant}x", "s3://b/{tenant}/a/{tenant}", "s3://b/../x"):
+        with pytest.raises(ValidationError, match="source_allow"):
+            Settings(_env_file=None, source_allow=bad)
+    settings = Settings(_env_file=None, source_allow=" s3://b/in/{tenant}/ , s3://c ")
+    assert settings.source_allow == ["s3://b/in/{tenant}", "s3://c"]
