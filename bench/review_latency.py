@@ -155,22 +155,24 @@ def main() -> None:
 
         reviews = min(args.reviews, open_flags)
         for index in range(reviews):
-            client.get("/queue")
-            moved = client.get("/next", follow_redirects=False)
+            queue = client.get("/queue")
+            token = re.search(r'name="csrf" value="([^"]+)"', queue.text).group(1)
+            moved = client.post("/next", data={"csrf": token}, follow_redirects=False)
             region = moved.headers["location"].split("?")[0]
             page = client.get(region)
-            token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+            version = re.search(r'name="version" value="(\d+)"', page.text).group(1)
+            form = {"csrf": token, "version": version, "action": "correct"}
             done = client.post(
                 f"{region}/review",
-                data={"csrf": token, "action": "correct", "text": f"corrected {index}"},
+                data={**form, "text": f"corrected {index}"},
                 follow_redirects=False,
             )
             assert done.status_code == 303, done.text
         dispose_engines()
 
     kinds: dict[str, list[float]] = {}
-    for method, path, seconds in timed.times:
-        kind = "correction" if method == "POST" else re.sub(r"\d+", "N", path)
+    for _, path, seconds in timed.times:
+        kind = "correction" if path.endswith("/review") else re.sub(r"\d+", "N", path)
         kinds.setdefault(kind, []).append(seconds)
     everything = [seconds for _, _, seconds in timed.times]
     for kind, values in kinds.items():
