@@ -12,8 +12,10 @@ Only what the crop clearly shows is corrected; an ambiguous crop keeps its annot
 
 `bench/labels/looked.csv` lists every line looked at (`set,document,line,original,why,
 readings`, `why` being the listing rule that brought it: `all_agree` where every engine
-read the same text and the label says wrong, `sample` for a random sample of the lines
-where some engine disagrees with the label), so the counts are reproducible:
+read the same text and the label says wrong, `two_agree` where two engines read alike and
+none reads the label, `sample`
+for a random sample of the other lines where some engine disagrees with the label), so the
+counts are reproducible:
 
     python bench/label_audit.py            # lines listed, looked at, changed, by reason
     python bench/label_audit.py read       # every engine's reading of the ground-truth crops
@@ -221,12 +223,10 @@ def read(batch: int = 64) -> None:
 
 
 def _third_readers(settings) -> list:
-    """EasyOCR's recogniser where it is installed (issue 17's third reader), else none."""
-    try:
-        from ocrfleet.engines.easyocr import EasyOCRRecogniser  # type: ignore[import-not-found]
-    except ImportError:
-        return []
-    return [EasyOCRRecogniser(settings)]
+    """EasyOCR's recogniser (issue 17's third reader), by the engines' own loader."""
+    from ocrfleet.engines import load_recognisers
+
+    return load_recognisers(settings.model_copy(update={"engines": ["easyocr"]}))
 
 
 def _record(line: Line) -> dict:
@@ -263,23 +263,30 @@ def suspects(
     readings: list[tuple[Line, dict[str, str | None]]], sample: int = SAMPLE, seed: int = SEED
 ) -> list[tuple[Line, dict[str, str | None], str]]:
     """(line, readings, why) to look at: every line that every engine read alike while the
-    label says wrong (`all_agree`), then `sample` drawn at random from the lines where some
+    label says wrong (`all_agree`), every line where two engines read alike and no engine
+    reads the label (`two_agree`), then `sample` drawn at random from the other lines where some
     engine disagrees with the label (`sample`)."""
     from ocrfleet.labels import same_text
 
     engines = sorted({name for _, reads in readings for name in reads})
-    agree, rest = [], []
+    agree, two, rest = [], [], []
     for line, reads in readings:
-        texts = [reads.get(name) for name in engines]
+        texts = [reads[name] for name in engines if name in reads]  # a reader may skip it
         if all(_label_ok(text, line) for text in texts):
             continue
-        if all(t is not None for t in texts) and all(
-            same_text(t, texts[0], case_sensitive=line.case_sensitive) for t in texts
-        ):
+        read = [t for t in texts if t is not None and not _label_ok(t, line)]
+        pairs = sum(
+            same_text(a, b, case_sensitive=line.case_sensitive)
+            for i, a in enumerate(read)
+            for b in read[i + 1 :]
+        )
+        if len(read) == len(texts) and pairs == len(read) * (len(read) - 1) // 2:
             agree.append((line, reads, "all_agree"))
+        elif pairs and not any(_label_ok(text, line) for text in texts):
+            two.append((line, reads, "two_agree"))
         else:
             rest.append((line, reads, "sample"))
-    return agree + random.Random(seed).sample(rest, min(sample, len(rest)))
+    return agree + two + random.Random(seed).sample(rest, min(sample, len(rest)))
 
 
 def write_listing(listed: list[tuple[Line, dict[str, str | None], str]]) -> None:
@@ -297,7 +304,7 @@ def read_listing() -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def sheets(per_sheet: int = 12, width: int = 1100) -> list[Path]:
+def sheets(per_sheet: int = 10, width: int = 900) -> list[Path]:
     """Contact sheets of the listed lines: each crop, its label and every reading beneath."""
     from PIL import Image, ImageDraw, ImageFont
 
@@ -337,8 +344,13 @@ def sheets(per_sheet: int = 12, width: int = 1100) -> list[Path]:
 
 
 def counts() -> None:
-    """What the note cites: lines listed and looked at (by listing rule and set), changed
-    (by set and reason)."""
+    """What the note cites: lines read, lines listed and looked at (by set and listing rule),
+    changed (by set, listing rule and reason)."""
+    if (OUT / "readings.jsonl").is_file():
+        readings = load_readings()
+        print(f"ground-truth lines read: {len(readings)}")
+        for name, n in sorted(Counter(line.set for line, _ in readings).items()):
+            print(f"  {name:6} {n}")
     listed = read_listing() if LOOKED.is_file() else []
     fixes = corrections()
     print(f"listed and looked at: {len(listed)}")
@@ -347,10 +359,11 @@ def counts() -> None:
     print(f"changed: {len(fixes)}")
     for name, n in sorted(Counter(f.set for f in fixes.values()).items()):
         print(f"  {name:6} {n}")
+    why = {(r["set"], r["document"], r["line"]): r["why"] for r in listed}
+    for rule, n in sorted(Counter(why.get(key, "not listed") for key in fixes).items()):
+        print(f"  {rule:10} {n}")
     for reason, n in Counter(f.reason for f in fixes.values()).most_common():
         print(f"  {n:4}  {reason}")
-    looked = {(r["set"], r["document"], r["line"]) for r in listed}
-    print(f"changed among the listed: {sum(key in looked for key in fixes)}")
 
 
 def main(argv: list[str] | None = None) -> None:
