@@ -32,7 +32,7 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -346,13 +346,21 @@ def sheets(per_sheet: int = 10, width: int = 900) -> list[Path]:
 def counts() -> None:
     """What the note cites: lines read, lines listed and looked at (by set and listing rule),
     changed (by set, listing rule and reason)."""
+    fixes = corrections()
     if (OUT / "readings.jsonl").is_file():
         readings = load_readings()
-        print(f"ground-truth lines read: {len(readings)}")
-        for name, n in sorted(Counter(line.set for line, _ in readings).items()):
-            print(f"  {name:6} {n}")
+        print(f"ground-truth lines read: {len(readings)}; RapidOCR right by the label, before")
+        print("and after the audit:")
+        for name in SETS:
+            own = [(line, reads.get("rapidocr")) for line, reads in readings if line.set == name]
+            before = sum(_label_ok(text, line) for line, text in own)
+            after = sum(
+                _label_ok(text, replace(line, original=fixes[line.key].corrected))
+                if line.key in fixes else _label_ok(text, line)
+                for line, text in own
+            )  # fmt: skip
+            print(f"  {name:6} {len(own):5}  {before / len(own):.4f} -> {after / len(own):.4f}")
     listed = read_listing() if LOOKED.is_file() else []
-    fixes = corrections()
     print(f"listed and looked at: {len(listed)}")
     for (name, why), n in sorted(Counter((r["set"], r["why"]) for r in listed).items()):
         print(f"  {name:6} {why:10} {n}")
