@@ -1,82 +1,211 @@
-"""How much of a real page `ocrfleet run` sends to review, and how much of what it accepts
-is wrong: `python bench/review_share.py [--olmocr N]`.
+"""How much `ocrfleet run` sends to review, how much of what it accepts is wrong, and whether
+anything it accepts is empty over detected text: `python bench/review_share.py`.
 
-Pages: the two UNLV scans and phototest of realdocs/tesseract_test (ground truth: the page
-`.txt`) and the first N olmOCR-bench sample PDFs (no line ground truth). Each goes through
-the same ingest + process_page as `ocrfleet run` (default settings: RapidOCR, the consensus
-scorer with its shipped thresholds), on a throwaway SQLite database, and the results are
-read back with `load_page_result`. An accepted region counts as wrong when its text, in
-the labels' canonical form, is not found in the page's canonical ground truth (reading order
-and line breaks do not matter for a substring test; a region that spans two ground-truth
-lines counts as wrong, so this over-counts errors).
+Every set goes through the real command, `ocrfleet run --json FILES...` (one process per
+set, default settings: the layout detector, RapidOCR, the consensus scorer with its shipped
+weights and thresholds), on a throwaway SQLite database and store; the stored results are
+then read back with `load_page_result` (the final text of each region, its decision).
+
+Sets (clean printed pages, then receipts):
+- `unlv`: every page of realdocs/tesseract_test (two UNLV scans, eurotext, phototest); truth:
+  the page `.txt`;
+- `olmocr`: the olmOCR-bench sample PDFs (`--olmocr N`: the first N by path; all by
+  default); no line truth, so only the flagged share;
+- `sroie`: `--receipts N` SROIE receipts spread evenly over the set (truth: the transcript
+  lines of box/<id>.csv, as `bench.realrows` reads them, audited labels included). These
+  receipts are the consensus scorer's training documents: their numbers are in-sample.
+
+An accepted region counts as wrong when its text, in the labels' canonical form (receipts
+case-insensitive), is not found in the page's canonical truth between non-alphanumeric
+neighbours; canonical text folds line breaks to spaces, so reading order and a region that
+spans two transcript lines in order do not count. "Empty over lines" counts accepted regions
+that hold text (any category but figure: a text line, or a table or formula with its lines)
+whose final text is empty: it must be 0. Figures hold no lines (theirs are regions of their
+own) and are left out of the shares.
+
+Then `ocrfleet run --json examples/`: its regions and how many await review (target <= 2).
+
+    python bench/review_share.py [--olmocr N] [--receipts N] [--sets unlv,olmocr,sroie,examples]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from sqlalchemy import func, select
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.corpus import REALDOCS  # noqa: E402
-from ocrfleet.config import Settings  # noqa: E402
-from ocrfleet.db.migrate import upgrade  # noqa: E402
+from bench.realrows import SROIE, _sroie_truth  # noqa: E402
+from ocrfleet.db import models  # noqa: E402
 from ocrfleet.db.persist import load_page_result  # noqa: E402
-from ocrfleet.db.session import session_scope  # noqa: E402
+from ocrfleet.db.session import dispose_engines, session_scope  # noqa: E402
 from ocrfleet.labels import canonical  # noqa: E402
-from ocrfleet.service import Context, ingest, process_page  # noqa: E402
 
-UNLV_PAGES = ("8071_093.3B", "8087_054.3B", "phototest")
+OCRFLEET = Path(sys.executable).with_name("ocrfleet")
+TARGETS = {"unlv": 0.15, "olmocr": 0.15, "sroie": 0.35}  # flagged share, at most
+
+
+@dataclass
+class Tally:
+    regions: int = 0  # regions with text to verify (figures left out)
+    flagged: int = 0
+    accepted: int = 0
+    judged: int = 0  # accepted regions with truth to judge them by
+    wrong: int = 0
+    empty: int = 0  # accepted with empty text over detected lines
+    figures: int = 0
+    examples: list[str] = field(default_factory=list)  # accepted texts counted wrong
+
+
+def run_cli(files: list[Path], workdir: Path) -> tuple[str, list[dict]]:
+    """`ocrfleet run --json FILES` on its own database and store: (database URL, rows)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{workdir / 'ocrfleet.db'}"
+    env = {
+        **os.environ,
+        "OCRFLEET_DATABASE_URL": url,
+        "OCRFLEET_STORE_URL": f"file://{workdir / 'store'}",
+        "OCRFLEET_CACHE_DIR": str(workdir / "cache"),
+    }
+    done = subprocess.run(
+        [str(OCRFLEET), "run", "--json", *map(str, files)],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"ocrfleet run exited {done.returncode}: {done.stderr[-2000:]}")
+    return url, json.loads(done.stdout)
+
+
+def found(text: str, truth: str) -> bool:
+    """`text` occurs in `truth` with no letter or digit glued to either end."""
+    pattern = rf"(?<![^\W_]){re.escape(text)}(?![^\W_])"
+    return re.search(pattern, truth) is not None
+
+
+def tally(
+    url: str, rows: list[dict], truth_of: dict[str, str], counts: Tally, case_sensitive: bool
+) -> None:
+    """Count the stored results of `rows` (documents of one `ocrfleet run`) into `counts`."""
+    with session_scope(url) as session:
+        for row in rows:
+            truth = truth_of.get(Path(row["input"]).name)
+            page_ids = session.scalars(
+                select(models.Page.id)
+                .where(models.Page.document_id == row["document_id"])
+                .order_by(models.Page.number)
+            ).all()
+            for page_id in page_ids:
+                result = load_page_result(session, page_id)
+                by_number = {r.number: r for r in result.regions}
+                for decision in result.decisions:
+                    region = by_number[decision.region_number]
+                    if not region.category.has_text:
+                        counts.figures += 1
+                        continue
+                    counts.regions += 1
+                    if not decision.accepted:
+                        counts.flagged += 1
+                        continue
+                    counts.accepted += 1
+                    text = canonical(
+                        result.region_text(region.number), case_sensitive=case_sensitive
+                    )
+                    if not text:
+                        counts.empty += 1
+                    if truth is not None:
+                        counts.judged += 1
+                        if not found(text, truth):
+                            counts.wrong += 1
+                            counts.examples.append(f"{Path(row['input']).name}: {text!r}")
+    dispose_engines()
+
+
+def receipts(count: int) -> list[Path]:
+    images = sorted((SROIE / "images").glob("*.jpg"))
+    if count >= len(images):
+        return images
+    step = len(images) / count
+    return [images[int(i * step)] for i in range(count)]
+
+
+def receipt_truth(path: Path) -> str:
+    lines = [text for _, text, _ in _sroie_truth(path.stem)]
+    return canonical("\n".join(lines), case_sensitive=False)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--olmocr", type=int, default=21)
+    parser.add_argument("--olmocr", type=int, default=None, help="first N PDFs (default all)")
+    parser.add_argument("--receipts", type=int, default=20)
+    parser.add_argument("--show", type=int, default=10, help="wrong accepted texts per set")
+    parser.add_argument("--sets", default="unlv,olmocr,sroie,examples", help="comma list")
     args = parser.parse_args()
-    sources = [(REALDOCS / "tesseract_test" / f"{name}.tif", "unlv") for name in UNLV_PAGES]
+    chosen = set(args.sets.split(","))
+    unlv = sorted((REALDOCS / "tesseract_test").glob("*.tif"))
     pdfs = sorted((REALDOCS / "olmocr_bench_sample" / "pdfs").rglob("*.pdf"))[: args.olmocr]
-    sources += [(pdf, "olmocr") for pdf in pdfs]
-    totals: dict[str, list[int]] = {}  # set -> [regions, flagged, accepted, accepted wrong]
+    sroie = receipts(args.receipts)
+    sets = {
+        "unlv": (
+            unlv,
+            {p.name: canonical(p.with_suffix(".txt").read_text(encoding="utf-8")) for p in unlv},
+            True,
+        ),
+        "olmocr": (pdfs, {}, True),
+        "sroie": (sroie, {p.name: receipt_truth(p) for p in sroie}, False),
+    }
     reasons: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(
-            database_url=f"sqlite:///{Path(tmp) / 'r.db'}", store_url=f"file://{Path(tmp) / 's'}"
-        )
-        upgrade(settings.database_url)
-        ctx = Context(settings)
-        for path, set_name in sources:
-            outcome = ingest(ctx, path.name, data=path.read_bytes())
-            truth = None
-            if set_name == "unlv":
-                truth = canonical(path.with_suffix(".txt").read_text(encoding="utf-8"))
-            for page_id in outcome.page_ids:
-                process_page(ctx, page_id)
-                with session_scope(settings.database_url) as session:
-                    result = load_page_result(session, page_id)
-                text_of = {(c.region_number, c.engine): c.text for c in result.candidates}
-                row = totals.setdefault(set_name, [0, 0, 0, 0])
-                for decision in result.decisions:
-                    if decision.accepted and decision.chosen_engine is None:
-                        continue  # a figure: no text to verify
-                    row[0] += 1
-                    if not decision.accepted:
-                        row[1] += 1
-                        reason = decision.flag_reason or "?"
-                        reasons[reason] = reasons.get(reason, 0) + 1
-                        continue
-                    row[2] += 1
-                    text = canonical(text_of[(decision.region_number, decision.chosen_engine)])
-                    if truth is not None and text not in truth:
-                        row[3] += 1
-    for set_name, (regions, flagged, accepted, wrong) in totals.items():
-        line = f"{set_name}: regions {regions}, flagged {flagged} ({flagged / regions:.3f})"
-        if set_name == "unlv":
-            share = wrong / accepted if accepted else 0.0
-            line += f", accepted {accepted}, accepted wrong {wrong} ({share:.3f})"
-        print(line)
+        for name, (files, truth_of, case_sensitive) in sets.items():
+            if name not in chosen:
+                continue
+            if not files:
+                print(f"{name}: no inputs")
+                continue
+            url, rows = run_cli(files, Path(tmp) / name)
+            counts = Tally()
+            tally(url, rows, truth_of, counts, case_sensitive=case_sensitive)
+            with session_scope(url) as session:
+                for reason, n in session.execute(
+                    select(models.ReviewFlag.reason, func.count()).group_by(
+                        models.ReviewFlag.reason
+                    )
+                ).all():
+                    reasons[f"{name}:{reason}"] = n
+            dispose_engines()
+            share = counts.flagged / counts.regions if counts.regions else 0.0
+            line = (
+                f"{name}: documents {len(rows)}, regions {counts.regions}, flagged "
+                f"{counts.flagged} (share {share:.3f}, target <= {TARGETS[name]:.2f}), "
+                f"accepted {counts.accepted}, accepted empty over lines {counts.empty}"
+            )
+            if counts.judged:
+                wrong = counts.wrong / counts.judged
+                line += f", accepted wrong {counts.wrong} of {counts.judged} ({wrong:.3f})"
+            print(line + f", figures {counts.figures}", flush=True)
+            for example in counts.examples[: args.show]:
+                print(f"  accepted, not in the truth: {example}")
+        if "examples" in chosen:
+            _, rows = run_cli([REPO / "examples"], Path(tmp) / "examples")
+            regions = sum(row["regions"] for row in rows)
+            waiting = sum(row["awaiting_review"] for row in rows)
+            print(
+                f"examples: documents {len(rows)}, regions {regions}, flagged {waiting} "
+                "(target <= 2)"
+            )
     print(f"flag reasons: {dict(sorted(reasons.items()))}")
 
 

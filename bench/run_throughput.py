@@ -1,21 +1,29 @@
-"""Pages/min of `ocrfleet run` against a bare RapidOCR loop on the same real pages.
+"""Pages/min of `ocrfleet run` with the verifier on and off, and against a bare RapidOCR
+loop, on the same real pages: what the verifier costs, and what the whole pipeline costs.
 
-Both run in this process with the same onnxruntime thread budget (`--threads`, given to
-RapidOCR's EngineConfig and to OCRFLEET_ONNX_THREADS), after a warm-up page each, and are
-interleaved: bare, run, bare, run... for `--rounds` rounds (at least 3), so a slow spell on
-a shared machine hits both. The bare loop is the floor: RapidOCR's own pipeline called on
-each page image, nothing stored. `ocrfleet run` is the real thing with the scorer on:
-split, page images to the store, regions, recognition, consensus scoring with its re-reads,
-review, and every row written to SQLite.
+Three arms run in this process with the same onnxruntime thread budget (`--threads`, given
+to RapidOCR's EngineConfig and to OCRFLEET_ONNX_THREADS), each after a warm-up page, and are
+interleaved: bare, run, run without verifier, bare, ... for `--rounds` rounds (at least 3),
+so a slow spell on a shared machine hits all three.
+
+- bare: RapidOCR's own pipeline called on each page image, nothing stored (the floor);
+- run: ingest + process_page as `ocrfleet run` does them, with the configured scorer (the
+  consensus verifier with its re-reads), review, every row written to SQLite;
+- run, verifier off: the same, with the toolkit's scorer swapped for one that judges
+  nothing (every unit `precheck_failed`, so every region goes to review): the pipeline
+  without verification, its rows still written. Each run arm has its own database.
 
     python bench/run_throughput.py [--pages 12] [--rounds 3] [--threads 2]
 
-Prints each round's ratio; the last line reads `ratio run/bare: X.XX` (the median).
+Prints each round; the last lines read `ratio run/bare: X.XX` and `verifier share: X.XX`
+(medians over rounds; the share is (run - run without verifier) / run, the verifier's part
+of a page's time).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -23,8 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
+from ocrfleet.scorers.base import Unit, judgement
 from ocrfleet.service import Context, ingest, process_page
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,11 +67,26 @@ class Bare:
         return time.perf_counter() - started
 
 
-class Run:
-    """The same pages through ingest + process_page, as `ocrfleet run` does."""
+class Unverified:
+    """A scorer that judges nothing: the pipeline with the verifier off (bench only)."""
 
-    def __init__(self, pages: list[bytes], workdir: Path, threads: int) -> None:
-        self.pages, self.round = pages, 0
+    name = "off"
+    version = "off"
+
+    def score(self, units: list[Unit]) -> list[ir.Score]:
+        return [
+            judgement(self, unit, ir.Verdict.precheck_failed, error="verifier off (bench)")
+            for unit in units
+        ]
+
+
+class Run:
+    """The same pages through ingest + process_page, as `ocrfleet run` does; `verify`
+    False swaps the scorer for `Unverified`."""
+
+    def __init__(self, pages: list[bytes], workdir: Path, threads: int, verify: bool) -> None:
+        self.pages, self.round, self.tag = pages, 0, "on" if verify else "off"
+        workdir.mkdir()
         settings = Settings(
             database_url=f"sqlite:///{workdir / 'bench.db'}",
             store_url=f"file://{workdir / 'store'}",
@@ -69,6 +94,9 @@ class Run:
         )
         upgrade(settings.database_url)
         self.ctx = Context(settings)
+        if not verify:
+            toolkit = dataclasses.replace(self.ctx.toolkit, scorer=Unverified())
+            self.ctx.__dict__["toolkit"] = toolkit  # the cached_property's slot
         warm = ingest(self.ctx, "warmup.png", data=pages[0])  # loads models, creates the run
         for page_id in warm.page_ids:
             process_page(self.ctx, page_id)
@@ -78,7 +106,7 @@ class Run:
         # A distinct input per page and round (the same bytes would be deduplicated), made
         # before the clock starts: tagging is the bench's work, not ocrfleet's.
         inputs = [
-            (f"page{self.round}-{n}.png", tagged_png(data, f"{self.round}-{n}"))
+            (f"page{self.round}-{n}.png", tagged_png(data, f"{self.tag}-{self.round}-{n}"))
             for n, data in enumerate(self.pages)
         ]
         started = time.perf_counter()
@@ -98,19 +126,24 @@ def main() -> None:
     rounds = max(3, args.rounds)
     pages = real_pages(Settings(), args.pages)
     n = len(pages)
-    ratios = []
+    ratios, shares = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        bare, run = Bare(pages, args.threads), Run(pages, Path(tmp), args.threads)
+        bare = Bare(pages, args.threads)
+        run = Run(pages, Path(tmp) / "on", args.threads, verify=True)
+        off = Run(pages, Path(tmp) / "off", args.threads, verify=False)
         print(f"pages: {n}, threads: {args.threads}, rounds: {rounds}")
         for number in range(1, rounds + 1):
-            bare_s, run_s = bare(), run()
+            bare_s, run_s, off_s = bare(), run(), off()
             ratios.append(bare_s / run_s)
+            shares.append((run_s - off_s) / run_s)
             print(
                 f"round {number}: bare {60 * n / bare_s:.1f} pages/min ({bare_s:.1f} s), "
                 f"ocrfleet run {60 * n / run_s:.1f} pages/min ({run_s:.1f} s), "
-                f"ratio {ratios[-1]:.2f}"
+                f"verifier off {60 * n / off_s:.1f} pages/min ({off_s:.1f} s), "
+                f"ratio {ratios[-1]:.2f}, verifier share {shares[-1]:.2f}"
             )
     print(f"ratio run/bare: {float(np.median(ratios)):.2f}")
+    print(f"verifier share: {float(np.median(shares)):.2f}")
 
 
 if __name__ == "__main__":
