@@ -34,7 +34,7 @@ def rapid() -> RapidRecogniser:
     return RapidRecogniser(batch_size=4, threads=1)
 
 
-def _substitutions(text: str, alphabet: str, rng: random.Random, count: int) -> list[str]:
+def substitutions(text: str, alphabet: str, rng: random.Random, count: int) -> list[str]:
     out = []
     while len(out) < count:
         i = rng.randrange(len(text))
@@ -56,7 +56,7 @@ def test_rapidocr_posteriors_decode_to_its_reading_and_prefer_it(rapid) -> None:
         assert posterior.engine == "rapidocr"
         assert posterior.text() == text
         best = posterior.log_likelihood(text)
-        for other in _substitutions(text, alphabet, rng, 5):
+        for other in substitutions(text, alphabet, rng, 5):
             assert posterior.log_likelihood(other) < best, (text, other)
         evidence = posterior.evidence()
         assert 0.0 < evidence.min_char_prob <= 1.0 and evidence.mean_log_prob <= 0.0
