@@ -4,6 +4,7 @@ Exit codes of every `ocrfleet` command (documented in the README and `ocrfleet -
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 EXIT_OK = 0  # every input done
@@ -25,6 +26,16 @@ def describe(exc: BaseException) -> str:
     if line.startswith("Traceback (most recent call last)"):
         line = text[-1].strip()
     return f"{type(exc).__name__}: {line}"[:1000]
+
+
+_STORE_URI = re.compile(r"\b(?:s3|file)://\S*[^\s:;,.)]")
+
+
+def public_reason(reason: str | None) -> str | None:
+    """A reason as a tenant may read it (the API, webhooks, every output format): store
+    URIs (the fleet's bucket, prefix and keys, or a worker's paths) replaced by
+    `<store object>`; the rest, the error's kind and what went wrong, as stored."""
+    return _STORE_URI.sub("<store object>", reason) if reason else reason
 
 
 def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:

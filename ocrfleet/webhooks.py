@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from ocrfleet import ir, outbound
 from ocrfleet.config import Settings
 from ocrfleet.db import models
+from ocrfleet.errors import public_reason
 from ocrfleet.outbound import Resolver, UnsafeCallbackURL
 from ocrfleet.tasks.routing import WEBHOOK_QUEUE, WEBHOOK_TASK
 
@@ -227,7 +228,7 @@ def payload(
         "attempt": attempt,
         "id": doc.id,
         "status": doc.status,
-        "reason": doc.reason,
+        "reason": public_reason(doc.reason),  # no store URI leaves the fleet
         "pages": {
             "total": doc.page_count,
             "done": doc.pages_done,

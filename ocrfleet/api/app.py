@@ -37,8 +37,8 @@ from ocrfleet.api.limits import BodyLimit, RateLimiter
 from ocrfleet.config import Settings, get_settings
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
+from ocrfleet.errors import public_reason
 from ocrfleet.formats import FORMATS, render_document
-from ocrfleet.formats.document import public_reason
 from ocrfleet.storage import StorageError, open_store
 from ocrfleet.storage.sources import SourceRefused, confine
 from ocrfleet.webhooks import UnsafeCallbackURL, result_urls

@@ -7,7 +7,6 @@ boxes in the region (`pipeline.words`)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ from sqlalchemy.orm import Session
 from ocrfleet import ir
 from ocrfleet.db import models
 from ocrfleet.db.persist import load_page_result
+from ocrfleet.errors import public_reason
 from ocrfleet.pipeline.words import approximate, words_of
 
 
@@ -124,16 +124,6 @@ class DocumentView:
         never by `source_uri`, the fleet's own store URI."""
         name = (self.meta or {}).get("filename")
         return str(name) if name else None
-
-
-_STORE_URI = re.compile(r"\b(?:s3|file)://\S*[^\s:;,.)]")
-
-
-def public_reason(reason: str | None) -> str | None:
-    """A failure reason as a tenant may read it: store URIs (the fleet's bucket, prefix and
-    keys, or a worker's paths) replaced by `<store object>`; the rest, the error's kind and
-    what went wrong, as stored."""
-    return _STORE_URI.sub("<store object>", reason) if reason else reason
 
 
 def union(boxes: Any) -> ir.BBox:

@@ -20,7 +20,7 @@ from lxml import etree, html
 from markdown_it import MarkdownIt
 from PIL import Image
 
-from ocrfleet import ir
+from ocrfleet import ir, webhooks
 from ocrfleet.db.models import Document, Page, Run
 from ocrfleet.db.persist import save_page_result
 from ocrfleet.db.session import session_scope
@@ -116,6 +116,7 @@ def store_document(api: ApiServer) -> int:
             page_count=2,
             pages_done=1,
             pages_failed=1,
+            reason=f"page 2: ObjectNotFound: get {store.uri(keys[1])}: NoSuchKey",
             meta={"tenant": "acme", "filename": FILENAME},
         )
         session.add(doc)
@@ -215,7 +216,7 @@ def test_every_other_format_keeps_markup_as_data(served: tuple[ApiServer, int]) 
 @pytest.mark.finding(
     12,
     before="hOCR titles showed s3://bucket/... page images; JSON and ALTO the source URI",
-    after="no output, status or listing names the bucket, a store URI or a key",
+    after="no output, status, listing or webhook names the bucket, a store URI or a key",
 )
 def test_no_output_names_the_store(served: tuple[ApiServer, int]) -> None:
     api, document_id = served
@@ -228,6 +229,10 @@ def test_no_output_names_the_store(served: tuple[ApiServer, int]) -> None:
         listing = client.get("/v1/documents").text
     assert not leaks.search(status) and not leaks.search(listing), (status, listing)
     assert "ObjectNotFound: get <store object>: NoSuchKey" in status  # the reason, no URI
+    with session_scope(api.database_url) as session:  # the webhook tells the same reason
+        doc = session.get(Document, document_id)
+        reason = webhooks.payload(settings_from(api.env), doc, attempt=1)["reason"]
+    assert reason == "page 2: ObjectNotFound: get <store object>: NoSuchKey"
     alto = fetch(api, document_id, "alto").text
     assert "<store object>" not in alto  # a reason is not a name
 
