@@ -22,7 +22,9 @@ to height 64 with PIL's bicubic filter), scaled to [-1, 1], and padded on the ri
 next multiple of 64 of its ratio, with copies of its last column. The padded width depends
 on the crop alone, so only crops of the same width share a model call and a reading never
 depends on its batch. Decoding is greedy CTC, the confidence EasyOCR's (the product of the
-non-blank frames' best probabilities, raised to 2/sqrt(frames)).
+non-blank frames' best probabilities, raised to 2/sqrt(frames)). Words get boxes from their
+characters' CTC frames and the mean of their characters' probabilities (`words`), which
+EasyOCR itself does not give.
 
 Not reproduced: EasyOCR's second pass that re-reads a crop with stretched contrast when
 its confidence is under 0.1 (a different input, hence another posterior), its int8 dynamic
@@ -56,7 +58,10 @@ import numpy as np
 import onnxruntime as ort
 from PIL import Image
 
-from ocrfleet import offline  # noqa: F401  (telemetry off before onnxruntime loads)
+from ocrfleet import (
+    ir,
+    offline,  # noqa: F401, I001  (telemetry off before onnxruntime loads)
+)
 from ocrfleet.errors import ConfigError
 from ocrfleet.scorers import ctc
 
@@ -332,17 +337,26 @@ def prepare(image: Image.Image) -> np.ndarray:
         grey = np.asarray(image)
     else:
         grey = cv2.cvtColor(np.asarray(image.convert("RGB")), cv2.COLOR_RGB2GRAY)
-    height, width = grey.shape
-    ratio = width / height
-    if ratio < 1.0:
-        size = (HEIGHT, int(HEIGHT * min(height / width, MAX_RATIO)))
-    else:
-        size = (min(int(HEIGHT * ratio), HEIGHT * MAX_RATIO), HEIGHT)
+    size = _first_size(image)
     resized = Image.fromarray(cv2.resize(grey, size, interpolation=cv2.INTER_LINEAR), "L")
-    target = (math.ceil(HEIGHT * resized.width / resized.height), HEIGHT)
+    target = (_model_width(size), HEIGHT)
     if resized.size != target:
         resized = resized.resize(target, Image.Resampling.BICUBIC)
     return (np.asarray(resized, dtype=np.float32) / 255.0 - 0.5) / 0.5
+
+
+def _first_size(image: Image.Image) -> tuple[int, int]:
+    """EasyOCR's first resize (OpenCV): height 64, or width 64 for a crop taller than wide."""
+    ratio = image.width / image.height
+    if ratio < 1.0:
+        return (HEIGHT, int(HEIGHT * min(image.height / image.width, MAX_RATIO)))
+    return (min(int(HEIGHT * ratio), HEIGHT * MAX_RATIO), HEIGHT)
+
+
+def _model_width(size: tuple[int, int]) -> int:
+    """The crop's width at the model's height 64, before padding."""
+    width, height = size
+    return math.ceil(HEIGHT * width / height)
 
 
 def _check_size(image: Image.Image) -> None:
@@ -406,6 +420,32 @@ def cached_graph(path: Path, md5: str, cache_dir: Path | None) -> bytes:
     return data
 
 
+def words(posterior: ctc.Posterior, crop: Image.Image) -> list[ir.Word]:
+    """The words of the greedy reading with boxes from their characters' CTC frames: frame
+    t sees model columns [4t, 4t + 8) (two 2-wide poolings, then a 2-wide convolution),
+    scaled back to the crop; full crop height. A word's confidence is the mean of its
+    characters' probabilities (as RapidOCR's)."""
+    scale = crop.width / _model_width(_first_size(crop))
+    found: list[list[ctc.Emission]] = [[]]
+    for char in posterior.emitted():
+        if char.char.isspace():
+            found.append([])
+        else:
+            found[-1].append(char)
+    out = []
+    for chars in (group for group in found if group):
+        x0 = min(max(round(4 * chars[0].start * scale), 0), crop.width)
+        x1 = min(max(round((4 * chars[-1].end + 4) * scale), x0), crop.width)
+        out.append(
+            ir.Word(
+                text="".join(c.char for c in chars),
+                bbox=ir.BBox(x0=x0, y0=0, x1=x1, y1=crop.height),
+                confidence=float(np.mean([c.prob for c in chars])),
+            )
+        )
+    return out
+
+
 class EasyOCRRecogniser:
     """EasyOCR's English CRNN on line crops, batched by padded width."""
 
@@ -436,8 +476,17 @@ class EasyOCRRecogniser:
         self.version = version(path)
 
     def recognise(self, crops: list[Image.Image]) -> list[tuple[str, float | None]]:
+        return [(text, conf) for text, conf, _ in self.recognise_words(crops)]
+
+    def recognise_words(
+        self, crops: list[Image.Image]
+    ) -> list[tuple[str, float | None, list[ir.Word] | None]]:
+        """As `recognise`, plus each crop's words in crop pixels (see `words`)."""
         posteriors = self._read(crops, [ctc.crop_key(c) for c in crops])
-        return [(posterior.text(), confidence(posterior)) for posterior in posteriors]
+        return [
+            (posterior.text(), confidence(posterior), words(posterior, crop))
+            for posterior, crop in zip(posteriors, crops, strict=True)
+        ]
 
     def posteriors(self, crops: Sequence[Image.Image]) -> list[ctc.Posterior]:
         """Each crop's CTC posterior: from `ctc.RECENT` where this model read the crop

@@ -10,10 +10,11 @@ those per-frame log-probabilities and answers three questions:
 - `evidence()`: how sure the model is of that reading, character by character (the weakest
   character, the smallest margin to the runner-up class, the greedy path's log-likelihood
   per character): one doubtful character shows here, while a line's mean confidence hides
-  it;
+  it; `emitted()` gives each character with its frames, probability and margin;
 - `log_likelihood(text)`: log P(text | crop), the CTC forward algorithm over every alignment
   of `text` with the frames, for ANY text: another engine's reading scored under this model
-  ("does PP-OCR find tesseract's reading plausible?", cross-scoring).
+  ("does PP-OCR find tesseract's reading plausible?", cross-scoring); `log_likelihoods(texts)`
+  scores several texts in one pass over the frames.
 
 Characters without a column (outside the model's alphabet, or a column dropped because the
 model never gave it any probability, see `prune`) get the posterior's `floor`
@@ -63,6 +64,17 @@ class CharEvidence:
     mean_log_prob: float  # the greedy path's log-likelihood per emitted character
 
 
+@dataclass(frozen=True)
+class Emission:
+    """One character of a greedy reading: its frames [start, end) and how sure of it."""
+
+    char: str
+    start: int
+    end: int
+    prob: float  # at its most confident frame
+    margin: float  # top-1 minus top-2 probability at that frame
+
+
 @dataclass(frozen=True, eq=False)
 class Posterior:
     """One crop read by one CTC model: its per-frame log-probabilities."""
@@ -98,25 +110,38 @@ class Posterior:
         """The greedy CTC reading: the best class per frame, repeats merged, blanks dropped."""
         return "".join(self.charset[c] for c, _, _ in _runs(self._best))
 
-    def evidence(self) -> CharEvidence:
-        """Evidence on the greedy reading. Each emitted character is judged at its most
+    def emitted(self) -> list[Emission]:
+        """The greedy reading's characters with their frames. Each is judged at its most
         confident frame (the frames at a character's edges share their weight with the
         blank, which is no doubt about which character it is): its probability there, and
         the margin to the runner-up class there."""
         lp = self.log_probs
-        frames = np.arange(lp.shape[0])
-        greedy_ll = float(lp[frames, self._best].astype(np.float64).sum())
-        probs, margins = [], []
+        out = []
         for column, start, end in _runs(self._best):
             peak = start + int(lp[start:end, column].argmax())
             row = np.exp(lp[peak].astype(np.float64))
             top2 = np.partition(row, -2)[-2:] if row.size > 1 else np.array([0.0, row[0]])
-            probs.append(float(row[column]))
-            margins.append(float(top2[1] - top2[0]))
+            out.append(
+                Emission(
+                    char=self.charset[column],
+                    start=start,
+                    end=end,
+                    prob=float(row[column]),
+                    margin=float(top2[1] - top2[0]),
+                )
+            )
+        return out
+
+    def evidence(self) -> CharEvidence:
+        """Evidence on the greedy reading, from its characters (see `emitted`)."""
+        lp = self.log_probs
+        frames = np.arange(lp.shape[0])
+        greedy_ll = float(lp[frames, self._best].astype(np.float64).sum())
+        chars = self.emitted()
         return CharEvidence(
-            min_char_prob=min(probs, default=1.0),
-            min_margin=min(margins, default=1.0),
-            mean_log_prob=greedy_ll / max(1, len(probs)),
+            min_char_prob=min((c.prob for c in chars), default=1.0),
+            min_margin=min((c.margin for c in chars), default=1.0),
+            mean_log_prob=greedy_ll / max(1, len(chars)),
         )
 
     def missing(self, text: str) -> str:

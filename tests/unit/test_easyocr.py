@@ -192,3 +192,27 @@ def test_a_bad_model_path_is_a_configuration_error_of_the_cli(tmp_path: Path) ->
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "OCRFLEET_EASYOCR_MODEL_PATH" in done.stdout + done.stderr
+
+
+def test_words_are_placed_where_their_characters_are(easy) -> None:
+    """Word boxes come from the CTC frames: a line moved right by its own width (white
+    space on its left) gets every box in the right half, and in order."""
+    lines = uw3_lines(4)
+    shifted = []
+    for crop, _ in lines:
+        wide = Image.new("RGB", (2 * crop.width, crop.height), "white")
+        wide.paste(crop.convert("RGB"), (crop.width, 0))
+        shifted.append(wide)
+    for (crop, _), (text, _, words), (wide_text, _, wide_words) in zip(
+        lines,
+        easy.recognise_words([crop for crop, _ in lines]),
+        easy.recognise_words(shifted),
+        strict=True,
+    ):
+        assert [w.text for w in words] == text.split()
+        assert words[0].bbox.x0 < 0.2 * crop.width and words[-1].bbox.x1 > 0.8 * crop.width
+        assert [w.text for w in wide_words] == wide_text.split()
+        assert all(w.bbox.x0 >= 0.9 * crop.width for w in wide_words)
+        pairs = zip(wide_words, wide_words[1:], strict=False)
+        assert all(a.bbox.x1 <= b.bbox.x0 + 8 for a, b in pairs)
+        assert all(0.0 < w.confidence <= 1.0 for w in words)
