@@ -91,9 +91,12 @@ def run_cli(files: list[Path], workdir: Path) -> tuple[str, list[dict]]:
 
 
 def found(text: str, truth: str) -> bool:
-    """`text` occurs in `truth` with no letter or digit glued to either end."""
-    pattern = rf"(?<![^\W_]){re.escape(text)}(?![^\W_])"
-    return re.search(pattern, truth) is not None
+    """`text` occurs in `truth` with no letter or digit glued to an end that is a letter or
+    digit ("1" is not found in "12"; canonical text glues punctuation to its neighbours, so
+    an end that is punctuation may touch anything)."""
+    before = r"(?<![^\W_])" if text[:1].isalnum() else ""
+    after = r"(?![^\W_])" if text[-1:].isalnum() else ""
+    return re.search(before + re.escape(text) + after, truth) is not None
 
 
 def tally(
