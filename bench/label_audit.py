@@ -46,7 +46,7 @@ LOOKED = LABELS / "looked.csv"
 OUT = ROOT / "bench" / "out" / "label_audit"
 COLUMNS = ("set", "document", "line", "original", "corrected", "reason")
 SETS = ("sroie", "uw3", "unlv")
-SAMPLE = 250  # lines whose readings disagree with the label, looked at at random
+SAMPLE = 400  # lines whose readings disagree with the label, looked at at random
 SEED = 17
 
 
