@@ -59,8 +59,11 @@ def pinned_children(launcher_pid: int) -> dict[str, int]:
     found = {}
     for pid in children_of(launcher_pid):
         try:
-            if b"celery" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"celery" not in cmdline:
                 continue  # forked, not yet exec'd: still the launcher's environment
+            if b"webhooks@" in cmdline:
+                continue  # the webhook deliveries' child: no device
             found[environ_of(pid).get("CUDA_VISIBLE_DEVICES", "<unset>")] = pid
         except OSError:
             continue  # exited meanwhile

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,7 +25,7 @@ from sqlalchemy import select as sql_select
 from starlette.testclient import TestClient
 
 from ocrfleet import client, webhooks
-from ocrfleet.config import Settings
+from ocrfleet.config import Settings, get_settings
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.models import Delivery, Document, Run
 from ocrfleet.db.session import dispose_engines, session_scope
@@ -62,10 +62,13 @@ class Recorder:
     url: str
     calls: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
 
-    def wait(self, count: int, timeout: float = 60) -> list[tuple[dict[str, str], bytes]]:
+    def wait(
+        self, count: int, timeout: float = 60, log: Callable[[], str] = str
+    ) -> list[tuple[dict[str, str], bytes]]:
         deadline = time.monotonic() + timeout
         while len(self.calls) < count:
-            assert time.monotonic() < deadline, f"{len(self.calls)} call(s) after {timeout}s"
+            calls = len(self.calls)
+            assert time.monotonic() < deadline, f"{calls} call(s) after {timeout}s\n{log()}"
             time.sleep(0.1)
         return list(self.calls)
 
@@ -425,6 +428,82 @@ def test_the_checked_address_is_connected_with_the_name_kept(db: str, recorder: 
     assert json.loads(body)["id"] == doc_id
 
 
+def self_signed(name: str, folder: Path) -> tuple[Path, Path]:
+    """(certificate, key) files of a self-signed certificate for DNS name `name`."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_tls_to_the_checked_address_verifies_the_name(tmp_path: Path) -> None:
+    """Connected by address, TLS still sends the URL's name (SNI) and checks the
+    certificate against it: a receiver with another name's certificate is refused."""
+    import ssl
+
+    from ocrfleet import outbound
+
+    cert, key = self_signed("receiver.example", tmp_path)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server.sni_callback = lambda sock, name, ctx: names.append(name)  # type: ignore[assignment]
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            try:
+                with server.wrap_socket(conn, server_side=True) as tls:
+                    request = b""
+                    while b"\r\n\r\n" not in request:
+                        request += tls.recv(65536)
+                    tls.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+            except (ssl.SSLError, OSError):
+                conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    trusting = ssl.create_default_context(cafile=str(cert))
+    deadline = time.monotonic() + 10
+    target = outbound.Target("https", "receiver.example", port, "/hook", ("127.0.0.1",))
+    assert outbound.post(target, b"{}", {}, deadline=deadline, tls=trusting) == 204
+    assert names == ["receiver.example"]
+    wrong = outbound.Target("https", "other.example", port, "/hook", ("127.0.0.1",))
+    with pytest.raises(ssl.SSLCertVerificationError):
+        outbound.post(wrong, b"{}", {}, deadline=deadline, tls=trusting)
+    thread.join(timeout=10)
+    listener.close()
+
+
 @pytest.mark.finding(
     4,
     before="the API's 422 said what the callback host resolved to",
@@ -569,8 +648,9 @@ def test_a_review_that_changes_text_sends_a_reviewed_event(
         "OCRFLEET_WEBHOOK_SECRET": FLEET_SECRET,
         "OCRFLEET_WEBHOOK_ALLOW_PRIVATE": "true",
     }
-    for name, value in env.items():  # the review app's process settings
+    for name, value in env.items():  # the process settings the review app sends with
         monkeypatch.setenv(name, value)
+    get_settings.cache_clear()  # read once per process: read it again, with these
     workers = start_workers(env, tmp_path / "webhooks.log", queues="webhooks")
     try:
         app = TestClient(review_app(settings_for(review_db, world)))
@@ -579,7 +659,8 @@ def test_a_review_that_changes_text_sends_a_reviewed_event(
         assert len(regions) >= 3, "the example should flag at least three regions"
         corrected, unchanged, again = regions[:3]
         assert decide(app, corrected, action="correct", text="Reviewed text 1") == 303
-        ((headers, body),) = recorder.wait(1, timeout=120)
+        assert scalar(review_db, "SELECT final_text FROM reviews") == "Reviewed text 1"
+        ((headers, body),) = recorder.wait(1, timeout=120, log=workers.log_tail)
         event = json.loads(body)
         first_review = review_id_of(review_db, corrected)
         assert (event["event"], event["id"], event["review"]) == (
@@ -594,12 +675,13 @@ def test_a_review_that_changes_text_sends_a_reviewed_event(
 
         assert decide(app, unchanged, action=f"accept:{chosen_of(review_db, unchanged)}") == 303
         assert decide(app, again, action="correct", text="Reviewed text 2") == 303
-        calls = recorder.wait(2, timeout=120)
+        calls = recorder.wait(2, timeout=120, log=workers.log_tail)
         time.sleep(1.0)  # a stray event for the accept would have been sent by now too
         assert len(recorder.calls) == 2
         assert json.loads(calls[1][1])["review"] == {"id": review_id_of(review_db, again)}
     finally:
         workers.stop()
+        get_settings.cache_clear()  # the next reader sees the environment restored
 
 
 def open_flagged(url: str, document_id: int) -> list[int]:
