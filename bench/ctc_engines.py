@@ -1,5 +1,6 @@
 """What the CTC readers cost per line, and how well they read: RapidOCR and EasyOCR on the
-same real UW3 book lines, rounds interleaved, the same onnxruntime thread budget.
+same real lines (UW3 book lines, or SROIE receipt line boxes), rounds interleaved, the same
+onnxruntime thread budget.
 
 Prints, per engine, the median milliseconds per line over the rounds and the character
 error rate against the ground truth; the ratio EasyOCR / RapidOCR; what building RapidOCR's
@@ -7,7 +8,7 @@ posteriors adds to its reading (the pruning, timed inside the same calls); and w
 cross-score (`Posterior.log_likelihood` of the other engine's reading) costs, alone and
 with three texts in one `log_likelihoods` call.
 
-    python bench/ctc_engines.py [--lines 100] [--rounds 3] [--threads 1]
+    python bench/ctc_engines.py [--set uw3|sroie] [--lines 100] [--rounds 3] [--threads 1]
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from PIL import Image
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.corpus import REALDOCS  # noqa: E402
@@ -27,8 +30,10 @@ from ocrfleet.metrics import levenshtein  # noqa: E402
 from ocrfleet.pipeline.images import load_image  # noqa: E402
 from ocrfleet.scorers import ctc  # noqa: E402
 
+SROIE = REALDOCS.parent / "train" / "sroie"
 
-def _lines(count: int) -> tuple[list, list[str]]:
+
+def _uw3_lines(count: int) -> tuple[list[Image.Image], list[str]]:
     pngs = sorted((REALDOCS / "uw3_500_ocropy" / "book").glob("*/*.bin.png"))[:count]
     if not pngs:
         raise SystemExit(f"no UW3 lines under {REALDOCS}")
@@ -37,18 +42,46 @@ def _lines(count: int) -> tuple[list, list[str]]:
     return crops, truth
 
 
-def _cer(texts: list[str], truth: list[str]) -> float:
+def _sroie_lines(count: int) -> tuple[list[Image.Image], list[str]]:
+    """The annotated line boxes of every 15th receipt, cut from the scan, up to `count`."""
+    crops: list[Image.Image] = []
+    truth: list[str] = []
+    for csv in sorted((SROIE / "box").glob("*.csv"))[::15]:
+        page = load_image((SROIE / "images" / f"{csv.stem}.jpg").read_bytes())
+        for row in csv.read_text(encoding="utf-8").splitlines():
+            parts = row.split(",", 8)
+            if len(parts) < 9 or not parts[8].strip():
+                continue
+            xs, ys = [int(v) for v in parts[0:8:2]], [int(v) for v in parts[1:8:2]]
+            box = (max(0, min(xs)), max(0, min(ys)), max(xs), max(ys))
+            if box[2] - box[0] >= 4 and box[3] - box[1] >= 4:
+                crops.append(page.crop(box))
+                truth.append(" ".join(parts[8].split()))
+            if len(crops) == count:
+                return crops, truth
+    if not crops:
+        raise SystemExit(f"no SROIE receipts under {SROIE}")
+    return crops, truth
+
+
+def _cer(texts: list[str], truth: list[str], fold: bool) -> float:
+    """Character error rate; `fold`: case-insensitive (SROIE's transcripts are upper-cased
+    where the print is not)."""
+    if fold:
+        texts, truth = [t.casefold() for t in texts], [t.casefold() for t in truth]
     return sum(map(levenshtein, texts, truth)) / sum(len(t) for t in truth)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=("uw3", "sroie"), default="uw3")
     parser.add_argument("--lines", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache-dir", type=Path, default=Path("ocrfleet-cache"))
     args = parser.parse_args()
-    crops, truth = _lines(args.lines)
+    crops, truth = (_uw3_lines if args.set == "uw3" else _sroie_lines)(args.lines)
+    fold = args.set == "sroie"
     rapid = RapidRecogniser(threads=args.threads)
     easy = EasyOCRRecogniser(threads=args.threads, cache_dir=args.cache_dir)
     engines = {"rapidocr": rapid, "easyocr": easy}
@@ -78,10 +111,14 @@ def main() -> None:
     ctc.prune = original_prune
 
     n = len(crops)
-    print(f"{n} UW3 lines, {args.rounds} interleaved rounds, {args.threads} onnxruntime thread(s)")
+    print(
+        f"{n} {args.set} lines, {args.rounds} interleaved rounds, "
+        f"{args.threads} onnxruntime thread(s)"
+    )
     for name in engines:
         ms = statistics.median(times[name]) / n * 1000
-        print(f"{name}: {ms:.1f} ms/line (median round), CER {_cer(texts[name], truth):.4f}")
+        cer = _cer(texts[name], truth, fold)
+        print(f"{name}: {ms:.1f} ms/line (median round), CER {cer:.4f}{' (casefold)' * fold}")
     ratio = statistics.median(times["easyocr"]) / statistics.median(times["rapidocr"])
     print(f"easyocr/rapidocr time: {ratio:.2f}")
     print(f"rapidocr posterior pruning: {prune_s / sum(times['rapidocr']):.3f} of its reading time")
