@@ -137,5 +137,6 @@ def main() -> None:
     three_ms = (time.perf_counter() - start) / (2 * n) * 1000
     print(f"three texts in one log_likelihoods call: {three_ms:.2f} ms")
 
+
 if __name__ == "__main__":
     main()
