@@ -340,7 +340,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 )
             store = open_store(settings) if format == "pdf" else None
             body = render_document(session, document_id, format, store)
-        return Response(body, media_type=FORMATS[format])
+        # nosniff: a browser takes text, Markdown and JSON for what they say they are.
+        nosniff = {"X-Content-Type-Options": "nosniff"}
+        return Response(body, media_type=FORMATS[format], headers=nosniff)
 
     @app.delete("/v1/documents/{document_id}", status_code=202)
     def cancel(document_id: DocumentId, tenant: Tenant) -> dict[str, Any]:

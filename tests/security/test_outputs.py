@@ -155,6 +155,7 @@ def fetch(api: ApiServer, document_id: int, fmt: str) -> httpx.Response:
     with api.http("acme") as client:
         reply = client.get(f"/v1/documents/{document_id}/result", params={"format": fmt})
     assert reply.status_code == 200, (fmt, reply.text)
+    assert reply.headers["x-content-type-options"] == "nosniff"
     return reply
 
 
