@@ -25,6 +25,7 @@ from sqlalchemy import select as sql_select
 from starlette.testclient import TestClient
 
 from ocrfleet import client, webhooks
+from ocrfleet.api import keys
 from ocrfleet.config import Settings, get_settings
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.models import Delivery, Document, Run
@@ -513,7 +514,8 @@ def test_the_api_refusal_says_not_allowed_and_no_address(
     fleet: dict[str, str], tmp_path: Path
 ) -> None:
     env = fleet
-    key = ocrfleet_cli(env, "keys", "add", "acme").strip()
+    with session_scope(env["OCRFLEET_DATABASE_URL"]) as session:
+        _, key = keys.add_key(session, "acme")
     port = free_port()
     with (tmp_path / "api.log").open("ab") as log:
         api = subprocess.Popen(
@@ -548,8 +550,9 @@ def test_the_api_refusal_says_not_allowed_and_no_address(
 # -- finding 5: a secret per API key, kid in the header, rotation -------------------------
 
 
-def secret_of(env: dict[str, str], key_id: int) -> str:
-    return ocrfleet_cli(env, "keys", "webhook-secret", str(key_id)).strip()
+def secret_of(url: str, key_id: int) -> str | None:
+    with session_scope(url) as session:
+        return keys.webhook_secret(session, key_id)
 
 
 @pytest.mark.finding(
@@ -559,11 +562,15 @@ def secret_of(env: dict[str, str], key_id: int) -> str:
 )
 def test_each_key_signs_with_its_own_secret(db: str, recorder: Recorder) -> None:
     env = {"OCRFLEET_DATABASE_URL": db}
-    for tenant in ("A", "B"):
-        ocrfleet_cli(env, "keys", "add", tenant)
+    ocrfleet_cli(env, "keys", "add", "A")  # the command, as an operator runs it
+    with session_scope(db) as session:
+        keys.add_key(session, "B")
     ids = dict(rows(db, "SELECT tenant, id FROM api_keys"))
-    secrets = {tenant: secret_of(env, key_id) for tenant, key_id in ids.items()}
-    assert secrets["A"] != secrets["B"]
+    secrets = {
+        "A": ocrfleet_cli(env, "keys", "webhook-secret", str(ids["A"])).strip(),
+        "B": secret_of(db, ids["B"]),
+    }
+    assert secrets["A"] == secret_of(db, ids["A"]) and secrets["A"] != secrets["B"]
 
     settings = hooks(db, webhook_allow_private=True)
     for tenant in ("A", "B"):
@@ -590,21 +597,14 @@ def test_each_key_signs_with_its_own_secret(db: str, recorder: Recorder) -> None
 
     # Rotation: B's next callback verifies with the new secret only.
     rotated = ocrfleet_cli(env, "keys", "rotate-webhook-secret", str(ids["B"])).strip()
-    assert rotated not in secrets.values() and secret_of(env, ids["B"]) == rotated
+    assert rotated not in secrets.values() and secret_of(db, ids["B"]) == rotated
     doc_id = finished(db, recorder.url, key_id=ids["B"], tenant="B")
     assert webhooks.deliver(settings, doc_id).delivered
     headers, body = recorder.calls[-1]
     assert webhooks.verify(rotated, headers[webhooks.SIGNATURE_HEADER], body)
     assert not webhooks.verify(secrets["B"], headers[webhooks.SIGNATURE_HEADER], body)
-    missing = subprocess.run(
-        [sys.executable, "-m", "ocrfleet.cli", "keys", "rotate-webhook-secret", "999"],
-        cwd=REPO,
-        env=process_env(env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert missing.returncode == 1 and "no key 999" in missing.stderr
+    with session_scope(db) as session:
+        assert keys.rotate_webhook_secret(session, 999) is None
 
 
 @pytest.mark.finding(
