@@ -46,7 +46,7 @@ COPIES = {
     "pages": "document_id, number, width, height, image_uri, status, deliveries, reason, "
     "params, output_sha256, updated_at",
     "regions": "page_id, number, category, x0, y0, x1, y1, det_score, chosen_engine, accepted",
-    "candidates": "region_id, engine, text, confidence, error",
+    "candidates": "region_id, engine, text, confidence, error, truncated, read_as, skipped, words",
     "scores": "candidate_id, scorer, scorer_version, verdict, score, error",
     "review_flags": "region_id, reason, status, resolved_text, created_at, detail",
 }
