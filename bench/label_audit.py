@@ -13,8 +13,8 @@ Only what the crop clearly shows is corrected; an ambiguous crop keeps its annot
 `bench/labels/looked.csv` lists every line looked at (`set,document,line,original,why,
 readings`, `why` being the listing rule that brought it: `all_agree` where every engine
 read the same text and the label says wrong, `two_agree` where two engines read alike and
-none reads the label, `sample`
-for a random sample of the other lines where some engine disagrees with the label), so the
+none reads the label, `rest` for every other line where some engine disagrees with the
+label, in the seeded random order they were looked at), so the
 counts are reproducible:
 
     python bench/label_audit.py            # lines listed, looked at, changed, by reason
@@ -46,8 +46,7 @@ LOOKED = LABELS / "looked.csv"
 OUT = ROOT / "bench" / "out" / "label_audit"
 COLUMNS = ("set", "document", "line", "original", "corrected", "reason")
 SETS = ("sroie", "uw3", "unlv")
-SAMPLE = 400  # lines whose readings disagree with the label, looked at at random
-SEED = 17
+SEED = 17  # the order the `rest` lines were looked at
 
 
 class StaleCorrection(ValueError):
@@ -260,12 +259,12 @@ def load_readings() -> list[tuple[Line, dict[str, str | None]]]:
 
 
 def suspects(
-    readings: list[tuple[Line, dict[str, str | None]]], sample: int = SAMPLE, seed: int = SEED
+    readings: list[tuple[Line, dict[str, str | None]]], seed: int = SEED
 ) -> list[tuple[Line, dict[str, str | None], str]]:
     """(line, readings, why) to look at: every line that every engine read alike while the
     label says wrong (`all_agree`), every line where two engines read alike and no engine
-    reads the label (`two_agree`), then `sample` drawn at random from the other lines where some
-    engine disagrees with the label (`sample`)."""
+    reads the label (`two_agree`), then every other line where some engine disagrees with the
+    label (`rest`), shuffled with `seed`."""
     from ocrfleet.labels import same_text
 
     engines = sorted({name for _, reads in readings for name in reads})
@@ -285,8 +284,8 @@ def suspects(
         elif pairs and not any(_label_ok(text, line) for text in texts):
             two.append((line, reads, "two_agree"))
         else:
-            rest.append((line, reads, "sample"))
-    return agree + two + random.Random(seed).sample(rest, min(sample, len(rest)))
+            rest.append((line, reads, "rest"))
+    return agree + two + random.Random(seed).sample(rest, len(rest))
 
 
 def write_listing(listed: list[tuple[Line, dict[str, str | None], str]]) -> None:
