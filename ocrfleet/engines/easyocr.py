@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import pickle
@@ -82,6 +83,7 @@ GRAPH_VERSION = 1  # bump when the graph or the preprocessing changes: enters th
 OPSET = 17
 _STORAGES = {"FloatStorage": np.float32, "LongStorage": np.int64}
 VARIABLE = "OCRFLEET_EASYOCR_MODEL_PATH"
+logger = logging.getLogger(__name__)
 
 
 class ModelFileError(ConfigError):
@@ -412,11 +414,15 @@ def cached_graph(path: Path, md5: str, cache_dir: Path | None) -> bytes:
         if hashlib.sha256(data).hexdigest() == digest.read_text().strip():
             return data
     data = _graph(path, md5)
-    folder.mkdir(parents=True, exist_ok=True)
-    for target, content in ((model, data), (digest, hashlib.sha256(data).hexdigest().encode())):
-        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-        partial.write_bytes(content)
-        os.replace(partial, target)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        pairs = ((model, data), (digest, hashlib.sha256(data).hexdigest().encode()))
+        for target, content in pairs:
+            partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+            partial.write_bytes(content)
+            os.replace(partial, target)
+    except OSError as error:  # the cache saves start-up time; without it the engine still runs
+        logger.warning("EasyOCR graph not cached in %s: %s", folder, error)
     return data
 
 
