@@ -5,7 +5,7 @@ a region outside it reads exactly like one that does not exist."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, and_, case, exists, func, or_, select, update
@@ -28,6 +28,11 @@ from ocrfleet.review.users import GLOBAL, Account
 PRIORITY_RANK = case((Document.priority == "high", 0), else_=1)
 MAX_ID = 2**63 - 1  # the largest id a BIGINT column holds
 MAX_FILTER = 200  # characters of a text filter
+
+
+def aware(value: datetime) -> datetime:
+    """A stored time in UTC: SQLite hands it back naive."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 class BadFilter(ValueError):
@@ -280,7 +285,9 @@ class RegionDetail:
     def held_by_other(self, account: Account, now: datetime) -> bool:
         """Whether another reviewer's claim on an open flag is live."""
         return any(
-            f.claimed_by not in (None, account.id) and f.claimed_until and f.claimed_until > now
+            f.claimed_by not in (None, account.id)
+            and f.claimed_until is not None
+            and aware(f.claimed_until) > now
             for f in self.open_flags
         )
 

@@ -27,7 +27,7 @@ from ocrfleet.db.models import (
     User,
     utcnow,
 )
-from ocrfleet.review.queue import scoped
+from ocrfleet.review.queue import aware, scoped
 from ocrfleet.review.users import Account
 from ocrfleet.webhooks import notify_reviewed
 
@@ -125,7 +125,7 @@ def record_review(
         .with_for_update()
     ).all()
     for _, holder, until in open_flags:
-        if holder is not None and holder != account.id and until is not None and until > now:
+        if holder is not None and holder != account.id and until and aware(until) > now:
             raise ClaimedByOther(f"region {region_id} is claimed by another reviewer")
     flag_id = open_flags[0].id if open_flags else None
     current = current_decision(session, region_id)
