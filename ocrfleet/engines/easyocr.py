@@ -124,6 +124,7 @@ def _md5(path: Path, size: int, mtime_ns: int) -> str:
 
 
 def model_md5(path: Path) -> str:
+    """The file's md5, hashed once per process while its size and mtime stay the same."""
     stat = path.stat()
     return _md5(path, stat.st_size, stat.st_mtime_ns)
 
@@ -392,8 +393,8 @@ def confidence(posterior: ctc.Posterior) -> float:
     return float(math.exp(emitting.sum() * 2.0 / math.sqrt(emitting.size)))
 
 
-def _graph(path: Path, md5: str) -> bytes:
-    """The ONNX model of the checkpoint at `path` (md5 already checked), built."""
+def _graph(path: Path) -> bytes:
+    """The ONNX model of the checkpoint at `path` (its md5 already checked), built."""
     weights = load_weights(path)
     classes = weights["Prediction.weight"].shape[0]
     if classes != len(CHARACTERS) + 1:
@@ -405,15 +406,17 @@ def cached_graph(path: Path, md5: str, cache_dir: Path | None) -> bytes:
     """The ONNX model from the cache directory when a checked copy is there, else built
     (and stored there, atomically, with its sha256 beside it)."""
     if cache_dir is None:
-        return _graph(path, md5)
+        return _graph(path)
     folder = Path(cache_dir) / "easyocr"
     stem = f"english_g2-{md5}-g{GRAPH_VERSION}"
     model, digest = folder / f"{stem}.onnx", folder / f"{stem}.sha256"
-    if model.is_file() and digest.is_file():
+    try:
         data = model.read_bytes()
         if hashlib.sha256(data).hexdigest() == digest.read_text().strip():
             return data
-    data = _graph(path, md5)
+    except OSError:  # not there yet, or unreadable: build it
+        pass
+    data = _graph(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         pairs = ((model, data), (digest, hashlib.sha256(data).hexdigest().encode()))
