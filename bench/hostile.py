@@ -8,7 +8,8 @@ bytes cut or forged by hand) and returns what each must end as. The tests run it
     python bench/hostile.py [--keep DIR]
 
 Settings the corpus needs (`SETTINGS`): a page limit of 20 and a byte limit of 8 MiB, so
-the "over a limit" kinds stay small. The file `zz-vanished.png` is meant to be deleted after
+the "over a limit" kinds stay small, and a render budget of 1 GiB, so the PDF bombs (a few
+KB each) are rejected within seconds. The file `zz-vanished.png` is meant to be deleted after
 `ocrfleet run` has listed it and before it reads it (`vanish_when_listed`).
 """
 
@@ -41,7 +42,11 @@ from tests.fixtures.badinputs import (  # noqa: E402
 )
 
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
-SETTINGS = {"OCRFLEET_MAX_PAGES": "20", "OCRFLEET_MAX_INPUT_BYTES": str(8 * 1024 * 1024)}
+SETTINGS = {
+    "OCRFLEET_MAX_PAGES": "20",
+    "OCRFLEET_MAX_INPUT_BYTES": str(8 * 1024 * 1024),
+    "OCRFLEET_RENDER_MEMORY_MB": "1024",
+}
 VANISHED = "zz-vanished.png"
 LARGE_LINE = "Quarterly revenue grew by seventeen percent"
 NON_UTF8_NAME = b"scan-\xff\xfe-latin1-\xe9.png"
@@ -283,6 +288,14 @@ def kinds() -> list[tuple[Kind, bytes]]:
         (
             Kind("tiff_third_frame_truncated", "memo-cut.tif", "rejected", "corrupt_image"),
             tiff_truncated_third_frame(),
+        ),
+        (
+            Kind("pdf_xobjects_8_deep", "xobjects.pdf", "rejected", "render_budget"),
+            pdf_xobject_bomb(8),
+        ),
+        (
+            Kind("pdf_inflates_to_1_gib", "inflate.pdf", "rejected", "render_budget"),
+            pdf_inflate_bomb(1024),
         ),
         (Kind("file_removed_mid_run", VANISHED, "rejected", "not_found"), good_png),
         (

@@ -7,8 +7,9 @@ takes it: over `render_memory_mb` its allocations fail (PDFium aborts, Pillow ra
 MemoryError), past `render_timeout_s` on one step (opening and probing the input, or one
 page) the parent kills it. Either way the input is rejected with reason `render_budget`
 and the calling process (a Celery ingest worker, `ocrfleet run`) goes on with the next
-one. A child lives on across pages and documents, so a page costs one round trip over a
-pipe (the page goes back as PNG bytes, the form the store keeps), not a process start.
+one. A child lives on across pages and documents, so a page costs no process start, only
+a pipe (the page goes back as PNG bytes, the form the store keeps); and it renders the
+next page while the caller stores this one.
 
 The child speaks length-prefixed pickles on its stdin and stdout: `open` (input bytes,
 settings) answers the `ir.Document`, `next` answers the next page or `None`, `close`
@@ -91,23 +92,31 @@ class _Child:
         )
         self.documents = 0
         self.busy = True  # until it says it is ready: its start is no input's time
+        self.sent_at = time.monotonic()
         try:
-            self._answer(time.monotonic() + _START_TIMEOUT_S)
+            self._answer(self.sent_at + _START_TIMEOUT_S)
         except _ChildGone as gone:
             self.kill()
             raise RuntimeError(f"the renderer process did not start: {gone.why}") from None
         self.busy = False
 
-    def request(self, message: tuple[Any, ...], timeout_s: float) -> Any:
-        """Send one request and wait at most `timeout_s` for its answer."""
-        self.busy = True
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Send one request; its answer is `receive()`'s to read."""
+        self.busy, self.sent_at = True, time.monotonic()
         try:
             _write(self.proc.stdin, message)  # type: ignore[arg-type]
         except OSError:  # BrokenPipeError: it is gone
             raise _ChildGone(self._death()) from None
-        answer = self._answer(time.monotonic() + timeout_s)
+
+    def receive(self, timeout_s: float) -> Any:
+        """The answer to the request sent last, due `timeout_s` after it was sent."""
+        answer = self._answer(self.sent_at + timeout_s)
         self.busy = False
         return answer
+
+    def request(self, message: tuple[Any, ...], timeout_s: float) -> Any:
+        self.send(message)
+        return self.receive(timeout_s)
 
     def _answer(self, deadline: float) -> Any:
         header = self._read(_HEADER.size, deadline)
@@ -117,8 +126,10 @@ class _Child:
         fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
         chunks, got = [], 0
         while got < size:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            # An answer already there is taken even past the deadline: it was not late
+            # while its reader was busy elsewhere (storing the page before it).
+            left = max(0.0, deadline - time.monotonic())
+            if not select.select([fd], [], [], left)[0]:
                 raise _ChildGone("timeout")
             chunk = os.read(fd, min(size - got, 1 << 20))
             if not chunk:
@@ -184,22 +195,39 @@ class Split:
         self.finished = False
 
     def pages(self) -> Iterator[RenderedPage]:
-        number = 0
+        """The pages in order. The child renders page n + 1 while the caller has page n
+        (stores it), so the pipe's round trip costs no time of its own."""
+        child, settings = self._child, self._settings
+        _ask(child, settings, "page 1", send=("next",), receive=False)
+        number = 1
         while not self.finished:
-            number += 1
-            page = _ask(self._child, ("next",), self._settings, f"page {number}")
+            page = _ask(child, settings, f"page {number}")
             if page is None:
                 self.finished = True
                 return
+            number += 1
+            _ask(child, settings, f"page {number}", send=("next",), receive=False)
             yield page
 
 
-def _ask(child: _Child, message: tuple[Any, ...], settings: Settings, step: str) -> Any:
-    """One step in the child: its answer; InputRejected for a bad input, or with reason
-    `render_budget` for a step over the budget (the child is killed)."""
+def _ask(
+    child: _Child,
+    settings: Settings,
+    step: str,
+    *,
+    send: tuple[Any, ...] | None = None,
+    receive: bool = True,
+) -> Any:
+    """One step in the child (`send` a request, `receive` its answer, or both): the answer;
+    InputRejected for a bad input, or with reason `render_budget` for a step over the
+    budget (the child is killed)."""
     timeout_s, memory_mb = settings.render_timeout_s, settings.render_memory_mb
     try:
-        kind, *value = child.request(message, timeout_s)
+        if send is not None:
+            child.send(send)
+        if not receive:
+            return None
+        kind, *value = child.receive(timeout_s)
     except _ChildGone as gone:
         child.kill()
         if gone.why == "timeout":
@@ -228,7 +256,8 @@ def split_document(data: bytes, settings: Settings, source_uri: str) -> Iterator
     child = _take()
     split = None
     try:
-        document = _ask(child, ("open", data, settings, source_uri), settings, "opening the input")
+        opening = ("open", data, settings, source_uri)
+        document = _ask(child, settings, "opening the input", send=opening)
         child.documents += 1
         split = Split(child, document, settings)
         yield split
