@@ -69,6 +69,10 @@ SETS = ("sroie", "uw3", "unlv")
 # The readers of the first pass; the other readers (EasyOCR) read in the CTC pass, where
 # their reading and their posterior come from one model call.
 FIRST_PASS = ("rapidocr", "tesseract")
+# Rows the CTC pass reads: a receipt's ground-truth box crops (source `gt`) are left out (a
+# third of the receipt rows; they are the production-like detected regions' partners, whose
+# first-pass readings augment training, not candidates of their own).
+CTC_SOURCES = {"sroie": ("det",), "uw3": ("gt",), "unlv": ("det",)}
 MIN_IOU = 0.5
 MIN_COVER = 0.9
 GT_EVERY = 3  # ground-truth box crops of every third receipt: the second source, not the base
@@ -298,10 +302,13 @@ def cache_path(set_name: str, shard: tuple[int, int] = (0, 1)) -> Path:
 
 def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
     """The cached rows of one set (all its shards), readings keyed by engine name, labels as
-    audited; with `ctc`, each row's CTC evidence too (the `--ctc` pass must have run)."""
+    audited; with `ctc`, each row's CTC evidence too (the `--ctc` pass must have run; rows
+    of a source it does not read, `CTC_SOURCES`, come without)."""
     from bench.label_audit import audited
 
-    paths = sorted(OUT.glob(f"{set_name}.jsonl")) + sorted(OUT.glob(f"{set_name}.*of*.jsonl"))
+    paths = sorted(OUT.glob(f"{set_name}.jsonl")) + sorted(
+        p for p in OUT.glob(f"{set_name}.*of*.jsonl") if not p.name.startswith(f"{set_name}.ctc.")
+    )
     if not paths:
         raise FileNotFoundError(
             f"{cache_path(set_name)} is missing; run `python bench/realrows.py`"
@@ -334,7 +341,7 @@ def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
             record["set"], record["doc"], record["id"], record["source"], record["image"],
             bbox, truth, record["case_sensitive"], reads, record["line"],
         )  # fmt: skip
-        if ctc:
+        if ctc and row.source in CTC_SOURCES[set_name]:
             found = evidence.get(crop_id(row))
             if found is None:
                 raise ValueError(
@@ -591,7 +598,7 @@ def fill_ctc(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
         if n_doc % shard[1] != shard[0]:
             continue
         todo = []
-        for row in (r for r in rows if r.doc == doc):
+        for row in (r for r in rows if r.doc == doc and r.source in CTC_SOURCES[set_name]):
             record = cached.get(crop_id(row))
             if record is not None and set(record["models"]) == set(keys.values()):
                 greedy = [m["text"] for m in record["models"].values()]

@@ -2,16 +2,17 @@
 `python bench/scorer_auroc.py`.
 
 Rows: bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones), every crop read by
-RapidOCR and tesseract; candidates are those real readings (the confidence-less
-augmentation of training is left out here), labelled by `ocrfleet.labels.same_text`
-(case-insensitive on SROIE). Every number is out of sample:
+RapidOCR, tesseract and EasyOCR, with the CTC models' evidence; candidates are those real
+readings (the confidence-less augmentation of training is left out here), labelled by
+`ocrfleet.labels.same_text` on the audited labels (case-insensitive on SROIE). Every
+number is out of sample:
 
 - `auroc consensus <set>`: grouped 5-fold cross-validation by document over all sets (the
   same folds as training), scored on that set's candidates;
 - `auroc baseline-agreement <set>`: the edit similarity to the independent re-read alone;
   `best single feature <set>`: the best AUROC any one feature reaches (either direction);
 - `auroc consensus domain-out <train>-><test>`: fitted on receipts only and scored on the
-  book lines and zones, and the reverse;
+  book lines and zones, and the reverse, beside the best single feature on the test side;
 - at the shipped thresholds (the weights file's, chosen on these out-of-fold scores), per
   set and engine: accept rate, precision and its Clopper-Pearson 95% lower bound; the
   same with the screen (`ConsensusScorer.score_against`: a candidate the screen's
@@ -44,10 +45,22 @@ from bench.train_consensus import (  # noqa: E402
     raw_scores,
 )
 from ocrfleet.scorers.consensus import WEIGHTS_PATH, load_calibration  # noqa: E402
-from ocrfleet.scorers.features import FEATURE_NAMES  # noqa: E402
+from ocrfleet.scorers.features import CTC_MODELS, FEATURE_NAMES, READERS  # noqa: E402
 from ocrfleet.thresholds import auroc, choose_threshold, clopper_pearson  # noqa: E402
 
 DOMAINS = {"receipts": ("sroie",), "books": ("uw3", "unlv")}
+RULE_FLOORS = (0.0, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
+
+
+def best_single(y: np.ndarray, x: np.ndarray) -> tuple[float, str]:
+    """The best AUROC any one feature reaches on these rows (either direction)."""
+    singles = []
+    for j, feature in enumerate(FEATURE_NAMES):
+        if np.ptp(x[:, j]) == 0:
+            continue
+        a = auroc(y.tolist(), x[:, j].tolist())
+        singles.append((max(a, 1 - a), feature))
+    return max(singles)
 
 
 def accept_line(label: str, y: np.ndarray, accepted: np.ndarray) -> str:
@@ -83,17 +96,16 @@ def main() -> None:
         consensus = auroc(y[m].tolist(), raw[m].tolist())
         print(f"auroc consensus {name}: {consensus:.3f}")
         print(f"auroc baseline-agreement {name}: {auroc(y[m].tolist(), sim[m].tolist()):.3f}")
-        singles = []
-        for j, feature in enumerate(FEATURE_NAMES):
-            if np.ptp(x[m, j]) == 0:
-                continue
-            a = auroc(y[m].tolist(), x[m, j].tolist())
-            singles.append((max(a, 1 - a), feature))
-        best, feature = max(singles)
+        best, feature = best_single(y[m], x[m])
         print(f"best single feature {name}: {best:.3f} ({feature})")
         for engine in ENGINES:
             e = m & (engines == engine)
             print(f"auroc consensus {name}[{engine}]: {auroc(y[e].tolist(), raw[e].tolist()):.3f}")
+    for domain, members in DOMAINS.items():
+        m = real & np.isin(sets, members)
+        best, feature = best_single(y[m], x[m])
+        print(f"auroc consensus {domain}: {auroc(y[m].tolist(), raw[m].tolist()):.3f}")
+        print(f"best single feature {domain}: {best:.3f} ({feature})")
     m = ok & (engines == AUGMENTED)
     print(f"auroc consensus augmented-no-confidence: {auroc(y[m].tolist(), raw[m].tolist()):.3f}")
 
@@ -106,8 +118,10 @@ def main() -> None:
             model = fit_trees(x[fit], y[fit])
             value = auroc(y[test].tolist(), raw_scores(model, x[test]).tolist())
             base = auroc(y[test].tolist(), sim[test].tolist())
+            best, feature = best_single(y[test], x[test])
             print(f"auroc consensus domain-out {train_name}->{test_name}: {value:.3f}")
             print(f"auroc baseline-agreement domain-out {train_name}->{test_name}: {base:.3f}")
+            print(f"best single feature {test_name}: {best:.3f} ({feature})")
 
     print("# at the shipped thresholds (out-of-fold scores)")
     accepted = np.zeros(len(y), dtype=bool)
@@ -122,6 +136,11 @@ def main() -> None:
             print(accept_line(f"at shipped threshold {name}[{engine}]", y[m], prob[m] >= threshold))
         m = real & (sets == name)
         print(accept_line(f"at shipped thresholds {name}", y[m], accepted[m]))
+    for domain, members in DOMAINS.items():
+        m = real & np.isin(sets, members)
+        print(accept_line(f"at shipped thresholds {domain}", y[m], accepted[m]))
+        m &= engines == ENGINES[0]
+        print(accept_line(f"at shipped thresholds {domain}[{ENGINES[0]}]", y[m], accepted[m]))
 
     print("# with the screen: no re-read and no acceptance under the cut (out-of-fold)")
     _, x0, _ = load_examples(SETS, unread=True)
@@ -139,6 +158,9 @@ def main() -> None:
                 f"at shipped thresholds with the screen {name}", y[m], (accepted & ~screened)[m]
             )
         )
+
+    agreement_rule(ex, x, y, real, sets)
+    shortcuts(ex, x, y, real, sets, engines, accepted)
 
     print("# split-half: thresholds chosen on one half of the documents, applied to the other")
     half = np.array([fold_of(doc, 2) for doc in docs])
@@ -158,6 +180,101 @@ def main() -> None:
                         prob[m] >= choice.threshold,
                     )
                 )
+
+
+def agreement_rule(ex, x: np.ndarray, y: np.ndarray, real: np.ndarray, sets: np.ndarray) -> None:
+    """>= 2 engines read the candidate's text exactly, and every other CTC model's weakest
+    character reaches the floor: the floor chosen on one domain (the lowest whose lower
+    bound is >= PRECISION there), judged on the other."""
+    col = FEATURE_NAMES.index
+    exact = sum(x[:, col(f"{reader}_exact")] for reader in READERS)
+    weakest = np.full(len(y), np.inf)
+    for model in CTC_MODELS:
+        present = x[:, col(f"ctc_{model}_missing")] == 0
+        value = x[:, col(f"ctc_{model}_min_prob")]
+        weakest = np.where(present, np.minimum(weakest, value), weakest)
+    agree = real & (exact >= 1)
+    print("# agreement rule: >= 2 engines agree exactly, weakest CTC character >= floor")
+    for floor in RULE_FLOORS:
+        for domain, members in DOMAINS.items():
+            m = real & np.isin(sets, members)
+            rule = agree & (weakest >= floor)
+            print(accept_line(f"agreement rule floor {floor} {domain}", y[m], rule[m]))
+    for chosen_on, members in DOMAINS.items():
+        m = real & np.isin(sets, members)
+        floor = next(
+            (
+                f
+                for f in RULE_FLOORS
+                if (n := int((agree & (weakest >= f) & m).sum()))
+                and clopper_pearson(int(y[agree & (weakest >= f) & m].sum()), n)[0] >= PRECISION
+            ),
+            None,
+        )
+        for domain, other in DOMAINS.items():
+            if domain == chosen_on:
+                continue
+            if floor is None:
+                print(f"agreement rule chosen on {chosen_on}: no floor keeps {PRECISION}")
+                continue
+            t = real & np.isin(sets, other)
+            label = f"agreement rule floor {floor} chosen on {chosen_on} -> {domain}"
+            print(accept_line(label, y[t], (agree & (weakest >= floor))[t]))
+
+
+def shortcuts(
+    ex,
+    x: np.ndarray,
+    y: np.ndarray,
+    real: np.ndarray,
+    sets: np.ndarray,
+    engines: np.ndarray,
+    accepted_oof: np.ndarray,
+) -> None:
+    """`score_against`'s stages on every real candidate as its region's sole candidate,
+    with the shipped model: what each skips, and the accepted candidates it loses against
+    the full score (the bounds are exact, so only the screen can lose any)."""
+    from ocrfleet.scorers.consensus import LAZY_READERS
+    from ocrfleet.scorers.features import optimistic, pessimistic, rereads_for
+
+    calibration = load_calibration(WEIGHTS_PATH)
+    _, x0, _ = load_examples(SETS, unread=True)
+    _, x1, _ = load_examples(SETS, lazy=LAZY_READERS)
+    trees, platt = calibration.trees, calibration.calibration
+    full = platt(trees.raw(x))
+    print("# shortcuts of score_against (shipped model, every real candidate alone)")
+    for name in SETS:
+        for engine in ENGINES:
+            m = np.flatnonzero(real & (sets == name) & (engines == engine))
+            limit = calibration.threshold(engine, "text")
+            if limit is None or not m.size:
+                continue
+            rows, free = zip(*(optimistic(x0[i], engine) for i in m), strict=True)
+            upper = platt(trees.upper_raw(np.vstack(rows), np.vstack(free)))
+            screen = calibration.screen.raw(x0[m]) < calibration.screen_cut(engine)
+            bounded = upper < limit
+            stage1 = bounded | screen
+            pending = [r for r in rereads_for(engine) if r in LAZY_READERS]
+            lazy_up = np.full(m.size, np.inf)
+            lazy_low = np.full(m.size, -np.inf)
+            if pending:
+                rows, free = zip(*(optimistic(x1[i], engine, pending) for i in m), strict=True)
+                lazy_up = platt(trees.upper_raw(np.vstack(rows), np.vstack(free)))
+                rows, free = zip(*(pessimistic(x1[i], engine, pending) for i in m), strict=True)
+                lazy_low = platt(trees.lower_raw(np.vstack(rows), np.vstack(free)))
+            stage2 = ~stage1 & ((lazy_up < limit) | (lazy_low >= limit))
+            third = ~stage1 & ~stage2 & bool(pending)
+            accept_full = full[m] >= limit
+            accept_path = ~stage1 & np.where(stage2, lazy_low >= limit, accept_full)
+            lost = int((accept_full & ~accept_path).sum())
+            print(
+                f"shortcuts {name}[{engine}]: {m.size} candidates, bounded {int(bounded.sum())}, "
+                f"screened {int((screen & ~bounded).sum())}, decided without {pending} "
+                f"{int(stage2.sum())}, read by {pending} {int(third.sum())} "
+                f"({third.mean():.3f}); accepted full {int(accept_full.sum())}, by the path "
+                f"{int(accept_path.sum())}, lost {lost} (wrong among lost "
+                f"{int((accept_full & ~accept_path & ~y[m]).sum())})"
+            )
 
 
 if __name__ == "__main__":

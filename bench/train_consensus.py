@@ -1,13 +1,16 @@
 """Fit the consensus scorer on real engine output: `python bench/train_consensus.py`.
 
 Data: the rows of bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones; every
-crop read by RapidOCR and tesseract, cached). Each engine's reading is a candidate, its
-independent re-read the other engine's reading of the same crop; the label is
-`ocrfleet.labels.same_text` (case-insensitive for SROIE, whose transcripts are often
-upper-cased). Augmentation, never the base: candidates of an engine without confidence
-(the way MiniCPM-OCR's look), re-read by both engines: for a receipt's detected region, both
-engines' readings of the matching ground-truth box (real errors on a slightly different
-crop), and for book lines and zones the truth and one rule perturbation of it.
+crop read by RapidOCR, tesseract and EasyOCR, with the CTC models' evidence, cached). Each
+engine's reading is a candidate, its independent re-reads the other engines' readings of
+the same crop (a CTC model's through its posterior, as the scorer reads), its character
+evidence and cross-scores those of the CTC models that are not its engine; the label is
+`ocrfleet.labels.same_text` against the audited truth (bench/label_audit.py;
+case-insensitive for SROIE, whose transcripts are often upper-cased). Augmentation, never
+the base: candidates of an engine without confidence (the way MiniCPM-OCR's look), re-read
+by every engine: for a receipt's detected region, the engines' readings of the matching
+ground-truth box (real errors on a slightly different crop), and for book lines and zones
+the truth and one rule perturbation of it.
 
 Procedure (fixed seeds throughout, so the same rows give the same file byte for byte):
 1. documents go to 5 folds by a hash of their id (grouped: a receipt or page is never
@@ -35,7 +38,7 @@ import json
 import os
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,14 @@ from ocrfleet.labels import same_text  # noqa: E402
 from ocrfleet.metrics import levenshtein  # noqa: E402
 from ocrfleet.scorers.base import Unit  # noqa: E402
 from ocrfleet.scorers.consensus import OTHER_ENGINE, WEIGHTS_FORMAT, WEIGHTS_PATH  # noqa: E402
-from ocrfleet.scorers.features import FEATURE_NAMES, INCREASING, READERS, Reading  # noqa: E402
+from ocrfleet.scorers.features import (  # noqa: E402
+    DECREASING,
+    FEATURE_NAMES,
+    INCREASING,
+    READERS,
+    CtcScores,
+    Reading,
+)
 from ocrfleet.thresholds import choose_threshold  # noqa: E402
 
 SETS = ("sroie", "uw3", "unlv")
@@ -79,7 +89,7 @@ HGB_PARAMS = {
 MARGINS = tuple(round(m, 3) for m in np.arange(0.0, 1.0001, 0.02))
 # The share of a set's accepted candidates the screen may send to review unread: reviewer
 # time, never precision (a screened candidate is not accepted).
-SCREEN_LOSS = 0.01
+SCREEN_LOSS = 0.0
 
 
 @dataclass
@@ -88,6 +98,7 @@ class Examples:
 
     units: list[Unit] = field(default_factory=list)
     rereads: list[dict[str, Reading]] = field(default_factory=list)
+    ctc: list[dict[str, CtcScores]] = field(default_factory=list)
     labels: list[bool] = field(default_factory=list)
     sets: list[str] = field(default_factory=list)
     docs: list[str] = field(default_factory=list)  # "<set>/<doc>"
@@ -95,9 +106,17 @@ class Examples:
     truths: list[str] = field(default_factory=list)
     case_sensitive: list[bool] = field(default_factory=list)
 
-    def add(self, row: RealRow, unit: Unit, rereads: dict[str, Reading], label: bool) -> None:
+    def add(
+        self,
+        row: RealRow,
+        unit: Unit,
+        rereads: dict[str, Reading],
+        ctc: dict[str, CtcScores],
+        label: bool,
+    ) -> None:
         self.units.append(unit)
         self.rereads.append(rereads)
+        self.ctc.append(ctc)
         self.labels.append(label)
         self.sets.append(row.set)
         self.docs.append(f"{row.set}/{row.doc}")
@@ -111,44 +130,69 @@ def _reading(row: RealRow, engine: str) -> Reading | None:
     return None if value is None else Reading(engine, *value)
 
 
-def build_examples(rows: Sequence[RealRow], seed: int = SEED) -> Examples:
-    """Engine candidates for every row, then the confidence-less augmentation."""
-    rng = random.Random(seed)
-    out = Examples()
-    partner: dict[tuple[str, str], RealRow] = {}
-    for row in rows:  # a receipt's ground-truth box row, by (doc, truth)
-        if row.source == "gt":
-            partner.setdefault((row.doc, row.truth), row)
+def partner_of(rows: Sequence[RealRow]) -> Callable[[RealRow], RealRow | None]:
+    """For a receipt's detected region, the ground-truth box row of the same line (same
+    receipt and truth), if that receipt has box crops; None for any other row."""
+    found: dict[tuple[str, str], RealRow] = {}
     for row in rows:
+        if row.source == "gt":
+            found.setdefault((row.doc, row.truth), row)
+
+    def partner(row: RealRow) -> RealRow | None:
+        if row.set != "sroie" or row.source != "det":
+            return None
+        return found.get((row.doc, row.truth))
+
+    return partner
+
+
+def augmented_texts(row: RealRow, partner: RealRow | None) -> list[str]:
+    """The confidence-less candidates of a row: a receipt region's partner box's readings
+    (real errors on a slightly different crop); a book line's truth and one perturbation of
+    it (seeded by the row, so a row's texts do not depend on the others)."""
+    if row.set == "sroie":
+        if partner is None:
+            return []
+        return list(dict.fromkeys(r[0] for r in partner.reads.values() if r is not None))
+    texts = [row.truth]
+    changed = perturb(row.truth, random.Random(f"{SEED}/{row.set}/{row.id}"))
+    if changed is not None:
+        texts.append(changed[1])
+    return list(dict.fromkeys(texts))
+
+
+def build_examples(rows: Sequence[RealRow]) -> Examples:
+    """Engine candidates for every row, then the confidence-less augmentation. A CTC
+    model re-reads through its posterior (its greedy reading), as the scorer does."""
+    out = Examples()
+    partner = partner_of(rows)
+    with_evidence = any(row.ctc for row in rows)
+    for row in rows:
+        if with_evidence and not row.ctc:
+            continue  # a partner row the CTC pass does not read: augmentation texts only
         image = row.crop()
         readings = {engine: _reading(row, engine) for engine in ENGINES}
+        ctc = {model: record.scores() for model, record in row.ctc.items()}
+        rereads_of = {
+            name: ctc[name].reading() if name in ctc else readings.get(name) for name in READERS
+        }
         for engine, reading in readings.items():
             if reading is None:
                 continue
             rereads = {
-                other: r for other, r in readings.items() if other != engine and r is not None
+                other: r for other, r in rereads_of.items() if other != engine and r is not None
             }
             unit = Unit(
                 image, reading.text, ir.Category.text, 1, engine, reading.confidence,
                 reading.word_confidence,
             )  # fmt: skip
             label = same_text(reading.text, row.truth, case_sensitive=row.case_sensitive)
-            out.add(row, unit, rereads, label)
-        both = {engine: r for engine, r in readings.items() if r is not None}
-        texts: list[str] = []
-        if row.set == "sroie":
-            if row.source == "det" and (row.doc, row.truth) in partner:
-                other = partner[(row.doc, row.truth)]
-                texts = [r[0] for r in other.reads.values() if r is not None]
-        else:
-            texts = [row.truth]
-            changed = perturb(row.truth, rng)
-            if changed is not None:
-                texts.append(changed[1])
-        for text in dict.fromkeys(texts):
+            out.add(row, unit, rereads, ctc, label)
+        every = {name: r for name, r in rereads_of.items() if r is not None}
+        for text in augmented_texts(row, partner(row)):
             unit = Unit(image, text, ir.Category.text, 1, AUGMENTED, None)
             label = same_text(text, row.truth, case_sensitive=row.case_sensitive)
-            out.add(row, unit, both, label)
+            out.add(row, unit, every, ctc, label)
     return out
 
 
@@ -159,7 +203,7 @@ def featurize(examples: Examples) -> tuple[np.ndarray, np.ndarray]:
     from ocrfleet.scorers.consensus import ConsensusFeatures
 
     features = ConsensusFeatures(Settings(), [_NoReader(name) for name in READERS])
-    computed = features.compute(examples.units, examples.rereads)
+    computed = features.compute(examples.units, examples.rereads, examples.ctc)
     x = np.zeros((len(computed), len(FEATURE_NAMES)))
     ok = np.zeros(len(computed), dtype=bool)
     for i, value in enumerate(computed):
@@ -183,8 +227,15 @@ def rows_sha256(rows: Sequence[RealRow]) -> str:
     """What the examples are built from: ids, truths and every reading."""
     digest = hashlib.sha256()
     for r in rows:
+        ctc = sorted(
+            (name, c.text, c.min_char_prob, c.min_margin, c.mean_log_prob,
+             sorted(c.log_likelihoods.items()))
+            for name, c in r.ctc.items()
+        )  # fmt: skip
         digest.update(
-            json.dumps([r.set, r.id, r.truth, sorted(r.reads.items())], ensure_ascii=False).encode()
+            json.dumps(
+                [r.set, r.id, r.truth, sorted(r.reads.items()), ctc], ensure_ascii=False
+            ).encode()
         )
     return digest.hexdigest()
 
@@ -201,22 +252,43 @@ def _code_sha256() -> str:
 
 
 def load_examples(
-    sets: Sequence[str], rows: Sequence[RealRow] | None = None, *, unread: bool = False
+    sets: Sequence[str],
+    rows: Sequence[RealRow] | None = None,
+    *,
+    unread: bool = False,
+    lazy: Sequence[str] = (),
 ) -> tuple[Examples, np.ndarray, np.ndarray]:
     """Examples of the rows (default: the cached rows of `sets`), their features and the
-    scoreable mask; with `unread`, the features before any re-read (what the screen sees).
-    Features are cached beside the rows under the hash of the rows and the feature code."""
-    rows = [row for name in sets for row in load_rows(name)] if rows is None else list(rows)
+    scoreable mask; with `unread`, the features before any re-read (what the screen sees);
+    with `lazy`, the features before those readers' re-reads (what the scorer's second
+    stage sees). Features are cached beside the rows under the hash of the rows and the
+    feature code."""
+    rows = (
+        [row for name in sets for row in load_rows(name, ctc=True)] if rows is None else list(rows)
+    )
     ex = build_examples(rows)
     key = hashlib.sha256(
         (rows_sha256(rows) + json.dumps(list(FEATURE_NAMES)) + _code_sha256()).encode()
     ).hexdigest()[:16]
-    cache = OUT / f"features-{key}{'-unread' if unread else ''}.npz"
+    suffix = "-unread" if unread else "".join(f"-without-{name}" for name in lazy)
+    cache = OUT / f"features-{key}{suffix}.npz"
     if cache.is_file():
         saved = np.load(cache)
         return ex, saved["x"], saved["ok"]
+    # A candidate's own engine's evidence is there from the start (the scorer asks for it
+    # before any re-read); the other models' come with their re-reads.
     if unread:
         ex.rereads = [{} for _ in ex.units]
+        ex.ctc = [
+            {k: v for k, v in c.items() if k == u.engine}
+            for u, c in zip(ex.units, ex.ctc, strict=True)
+        ]
+    elif lazy:
+        ex.rereads = [{k: v for k, v in r.items() if k not in lazy} for r in ex.rereads]
+        ex.ctc = [
+            {k: v for k, v in c.items() if k not in lazy or k == u.engine}
+            for u, c in zip(ex.units, ex.ctc, strict=True)
+        ]
     x, ok = featurize(ex)
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.savez(cache, x=x, ok=ok)
@@ -237,7 +309,7 @@ def fold_of(doc: str, n_folds: int = N_FOLDS) -> int:
 
 
 def monotone() -> list[int]:
-    return [1 if name in INCREASING else 0 for name in FEATURE_NAMES]
+    return [1 if name in INCREASING else -1 if name in DECREASING else 0 for name in FEATURE_NAMES]
 
 
 def fit_trees(x: np.ndarray, y: np.ndarray):
@@ -505,7 +577,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets", default=",".join(SETS))
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    rows = [row for name in args.sets.split(",") for row in load_rows(name)]
+    rows = [row for name in args.sets.split(",") for row in load_rows(name, ctc=True)]
     document = train(rows, args.out)
     t = document["training"]
     print(f"wrote {args.out}")

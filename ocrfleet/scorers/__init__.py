@@ -23,7 +23,7 @@ def _check_name(settings: Settings) -> None:
         )
 
 
-SECOND_READERS = ("rapidocr", "tesseract")
+SECOND_READERS = ("rapidocr", "tesseract", "easyocr")
 
 
 def _reader_settings(settings: Settings) -> Settings:
@@ -32,9 +32,9 @@ def _reader_settings(settings: Settings) -> Settings:
 
 def second_readers(settings: Settings) -> list[Recogniser]:
     """The consensus scorer's independent re-readers, RapidOCR first, whatever engines
-    produce the candidates: a RapidOCR candidate is re-read by tesseract, a tesseract one
-    by RapidOCR, any other engine's by both. Built by the engines' own loader, with the
-    same settings."""
+    produce the candidates: each candidate is re-read by every reader that is not its
+    engine (EasyOCR last, and only where the others leave the decision open). Built by the
+    engines' own loader, with the same settings."""
     from ocrfleet.engines import load_recognisers
 
     return load_recognisers(_reader_settings(settings))

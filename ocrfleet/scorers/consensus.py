@@ -1,8 +1,8 @@
 """The CPU consensus scorer: P(candidate text is usable as is) from cheap evidence.
 
 Features (see `features.py`): the candidate engine's own confidence (or the fact it has
-none), agreement with independent re-reads of the same crop by RapidOCR and tesseract, and
-text shape.
+none), agreement with independent re-reads of the same crop by RapidOCR, tesseract and
+EasyOCR, the CTC models' character evidence and cross-scores, and text shape.
 Gradient-boosted trees fitted by `bench/train_consensus.py` on real engine output (receipts,
 book lines, UNLV zones; labels by `ocrfleet.labels`) combine them, and a Platt map fitted on
 held-back documents turns their log-odds into a probability. The weights file holds the
@@ -22,8 +22,8 @@ import hashlib
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -36,9 +36,12 @@ from ocrfleet.engines.base import Recogniser
 from ocrfleet.scorers.base import Policy, Unit, judgement, settings_thresholds
 from ocrfleet.scorers.features import (
     FEATURE_NAMES,
+    CtcScores,
     Reading,
+    ctc_scores,
     least_word_confidence,
     optimistic,
+    pessimistic,
     rereads_for,
     unit_features,
 )
@@ -47,7 +50,7 @@ from ocrfleet.scorers.precheck import precheck
 
 NAME = "consensus"
 WEIGHTS_PATH = Path(__file__).with_name("consensus_weights.json")
-WEIGHTS_FORMAT = 3
+WEIGHTS_FORMAT = 4
 
 
 # ---- calibration: the weights file -----------------------------------------------------
@@ -179,15 +182,37 @@ def read_with_words(reader: Recogniser, crops: list[Image.Image]) -> list[Readin
     ]
 
 
+# Readers asked last, and only where the others' evidence leaves the decision open: their
+# reading cannot lift the unit's best possible score to its threshold, nor sink its worst
+# under it, is then not asked for (see ConsensusScorer.score_against).
+LAZY_READERS = ("easyocr",)
+
+
+@dataclass
+class _Known:
+    """What one batch has read so far, by (crop key, reader): readings, CTC scores and
+    read errors; later stages reuse it instead of reading again."""
+
+    readings: dict[tuple[str, str], Reading] = field(default_factory=dict)
+    ctc: dict[tuple[str, str], CtcScores] = field(default_factory=dict)
+    errors: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+def _is_ctc(reader: Recogniser) -> bool:
+    return callable(getattr(reader, "posteriors", None))
+
+
 class ConsensusFeatures:
     """Everything the consensus scorer does before the model: precheck, re-reads and
     features. Training uses it directly, before any weights exist.
 
     `readers` give the independent re-reads: every reader whose name differs from the unit's
-    engine reads its crop (tesseract for a RapidOCR candidate, RapidOCR for a tesseract one,
-    both for any other engine's). All crops one reader needs in a batch are read in one
-    call; when another unit of the batch already is that reader's reading of the same
-    pixels, that reading is reused instead of reading again."""
+    engine reads its crop (tesseract and EasyOCR for a RapidOCR candidate, and so on; all
+    of them for any other engine's). A CTC reader (one with `posteriors`) reads through its
+    posterior matrix, which gives its reading, its character evidence and the
+    cross-scores in one model call. All crops one reader needs in a batch are read in one
+    call; when another unit of the batch already is that (non-CTC) reader's reading of the
+    same pixels, that reading is reused instead of reading again."""
 
     def __init__(self, settings: Settings, readers: Sequence[Recogniser]) -> None:
         if not readers:
@@ -196,11 +221,19 @@ class ConsensusFeatures:
         self.readers = list(readers)
 
     def compute(
-        self, units: Sequence[Unit], rereads: Sequence[dict[str, Reading]] | None = None
+        self,
+        units: Sequence[Unit],
+        rereads: Sequence[dict[str, Reading]] | None = None,
+        ctc: Sequence[dict[str, CtcScores]] | None = None,
+        *,
+        readers: Collection[str] | None = None,
+        known: _Known | None = None,
     ) -> list[np.ndarray | Failure]:
         """A feature vector (FEATURE_NAMES order) or a Failure per unit, in order.
 
-        `rereads` (training: readings already cached) stands in for reading the crops."""
+        `rereads` and `ctc` (training: values already cached) stand in for reading the
+        crops; otherwise the readers named in `readers` (default: all) read them, reusing
+        and adding to `known`."""
         results: list[np.ndarray | Failure | None] = [None] * len(units)
         passed = []
         for i, unit in enumerate(units):
@@ -210,9 +243,13 @@ class ConsensusFeatures:
             else:
                 results[i] = failure
         if rereads is None:
-            found, read_errors = self._rereads(units, passed)
+            names = {r.name for r in self.readers} if readers is None else set(readers)
+            found, evidence, read_errors = self._rereads(
+                units, passed, names, _Known() if known is None else known
+            )
         else:
             found, read_errors = dict(enumerate(rereads)), {}
+            evidence = dict(enumerate(ctc)) if ctc is not None else {}
         for i in passed:
             unit = units[i]
             if i in read_errors:
@@ -227,6 +264,7 @@ class ConsensusFeatures:
                     unit.confidence,
                     found.get(i, {}),
                     unit.word_confidence,
+                    evidence.get(i, {}),
                 )
             except Exception as error:  # noqa: BLE001 - a feature failure is a verdict
                 results[i] = Failure(ir.Verdict.forward_failed, _error_text(error))
@@ -241,71 +279,87 @@ class ConsensusFeatures:
         return None if reason is None else Failure(ir.Verdict.precheck_failed, reason)
 
     def _rereads(
-        self, units: Sequence[Unit], wanted: list[int]
-    ) -> tuple[dict[int, dict[str, Reading]], dict[int, str]]:
-        """The independent re-reads of each wanted unit by reader name, and the read errors
-        by unit index."""
-        reader_names = {reader.name for reader in self.readers}
+        self, units: Sequence[Unit], wanted: list[int], names: set[str], known: _Known
+    ) -> tuple[dict[int, dict[str, Reading]], dict[int, dict[str, CtcScores]], dict[int, str]]:
+        """The independent re-reads of each wanted unit by reader name (only readers in
+        `names`), the CTC scores among them, and the read errors by unit index."""
+        plain = {reader.name for reader in self.readers if not _is_ctc(reader)}
         wanted_set = set(wanted)
         keys = {
             i: _crop_key(unit.crop)
             for i, unit in enumerate(units)
-            if i in wanted_set or unit.engine in reader_names
+            if i in wanted_set or unit.engine in plain
         }
         # Readings the batch already holds (even unscoreable ones, such as an empty read):
-        # unit i is engine e's reading of the crop with key k.
-        known: dict[tuple[str, str], Reading] = {}
+        # unit i is engine e's reading of the crop with key k. A CTC reader reads anyway,
+        # for its posterior.
         for i, unit in enumerate(units):
-            if unit.engine in reader_names:
-                known.setdefault(
+            if unit.engine in plain:
+                known.readings.setdefault(
                     (keys[i], unit.engine),
                     Reading(unit.engine, unit.text, unit.confidence, unit.word_confidence),
                 )
         readings: dict[int, dict[str, Reading]] = {i: {} for i in wanted}
+        evidence: dict[int, dict[str, CtcScores]] = {i: {} for i in wanted}
         errors: dict[int, str] = {}
         for reader in self.readers:
-            needed = [i for i in wanted if reader.name in rereads_for(units[i].engine)]
+            # a CTC model also gives its evidence on its own engine's candidates, always
+            # (the engine's recognition pass left the posterior in ctc.RECENT)
+            own = [i for i in wanted if _is_ctc(reader) and units[i].engine == reader.name]
+            needed = [
+                i
+                for i in wanted
+                if reader.name in names and reader.name in rereads_for(units[i].engine)
+            ]
             to_read: dict[str, Image.Image] = {}
-            for i in needed:
-                if (keys[i], reader.name) not in known:
+            for i in own + needed:
+                key = (keys[i], reader.name)
+                if key not in known.readings and key not in known.errors:
                     to_read.setdefault(keys[i], units[i].crop)
-            read_errors = self._read(reader, to_read, known)
-            for i in needed:
-                if keys[i] in read_errors:
-                    errors.setdefault(i, f"re-read by {reader.name} failed: {read_errors[keys[i]]}")
-                else:
-                    readings[i][reader.name] = known[(keys[i], reader.name)]
-        return readings, errors
+            self._read(reader, to_read, known)
+            for i in own + needed:
+                key = (keys[i], reader.name)
+                if key in known.errors:
+                    errors.setdefault(i, f"re-read by {reader.name} failed: {known.errors[key]}")
+                    continue
+                if i in needed:
+                    readings[i][reader.name] = known.readings[key]
+                if key in known.ctc:
+                    evidence[i][reader.name] = known.ctc[key]
+        return readings, evidence, errors
 
     @staticmethod
-    def _read(
-        reader: Recogniser,
-        crops: dict[str, Image.Image],
-        known: dict[tuple[str, str], Reading],
-    ) -> dict[str, str]:
+    def _read(reader: Recogniser, crops: dict[str, Image.Image], known: _Known) -> None:
         """Read all crops in one call; if that call fails, read them one by one so one bad
-        crop does not fail the others. Returns the errors by crop key."""
+        crop does not fail the others. Adds readings (and CTC scores) or errors to `known`."""
         if not crops:
-            return {}
+            return
         keys = list(crops)
+
+        def read(images: list[Image.Image]) -> list[tuple[Reading, CtcScores | None]]:
+            if _is_ctc(reader):
+                scores = [ctc_scores(p) for p in reader.posteriors(images)]  # type: ignore[attr-defined]
+                return [(s.reading(), s) for s in scores]
+            return [(r, None) for r in read_with_words(reader, images)]
+
         try:
-            outputs = read_with_words(reader, [crops[k] for k in keys])
+            outputs = read([crops[k] for k in keys])
             if len(outputs) != len(keys):
                 raise RuntimeError(f"{len(outputs)} readings for {len(keys)} crops")
         except Exception:  # noqa: BLE001 - isolate the failing crop below
             outputs = None
-        errors: dict[str, str] = {}
         for n, key in enumerate(keys):
             if outputs is not None:
-                reading = outputs[n]
+                reading, scores = outputs[n]
             else:
                 try:
-                    (reading,) = read_with_words(reader, [crops[key]])
+                    ((reading, scores),) = read([crops[key]])
                 except Exception as error:  # noqa: BLE001 - this crop's verdict
-                    errors[key] = _error_text(error)
+                    known.errors[(key, reader.name)] = _error_text(error)
                     continue
-            known[(key, reader.name)] = reading
-        return errors
+            known.readings[(key, reader.name)] = reading
+            if scores is not None:
+                known.ctc[(key, reader.name)] = scores
 
 
 class ConsensusScorer:
@@ -328,23 +382,34 @@ class ConsensusScorer:
     def score_against(
         self, units: list[Unit], threshold: Callable[[Unit], float | None]
     ) -> list[ir.Score]:
-        """`score`, without the re-reads that will not change a decision. A unit that is
-        its region's only candidate is not re-read when its threshold (`threshold(unit)`)
-        is out of reach or there is none, or when the screen predicts it will not be
-        accepted; its verdict is then `bounded`, its score the best any re-read could give
-        it (every re-read agreeing, `features.optimistic`), and the region goes to review.
-        Out of reach is exact: that bound is under the threshold. The screen is fitted: on
-        held-back real rows it screens out at most 1% of the candidates that would have
-        been accepted (the weights file records how many, per set). The re-reads were most
-        of the scorer's time, and on real pages most of them are of units like these."""
-        first = self.features.compute(units, [{} for _ in units])
+        """`score`, without the re-reads that will not change a decision. For a unit that is
+        its region's only candidate, in stages:
+
+        1. before any re-read: it is not re-read when its threshold (`threshold(unit)`) is
+           out of reach or there is none, or when the screen predicts it will not be
+           accepted; its verdict is then `bounded`, its score the best any re-read could
+           give it (every re-read agreeing, `features.optimistic`), and the region goes to
+           review. Out of reach is exact: that bound is under the threshold. The screen is
+           fitted: on held-back real rows it screens out at most 1% of the candidates that
+           would have been accepted (the weights file records how many, per set).
+        2. after the other re-reads, the `LAZY_READERS` are asked only where their reading
+           could change the decision: where even their full agreement leaves the unit
+           under its threshold it is `bounded` at that best score; where even their full
+           disagreement leaves it at or over the threshold it is `scored` at that least
+           score (a lower bound on the exact score, so accepted exactly when the exact
+           score would accept it).
+        Regions with several candidates are always read by every reader (best-of-N compares
+        exact scores)."""
+        known = _Known()
+        first = self.features.compute(units, readers=(), known=known)
         per_region = Counter(unit.region_number for unit in units)
+        limits = [threshold(unit) for unit in units]
         sole = [
             i
             for i, value in enumerate(first)
             if isinstance(value, np.ndarray) and per_region[units[i].region_number] == 1
         ]
-        bounds: dict[int, float] = {}
+        decided: dict[int, ir.Score] = {}
         if sole:
             rows, free = zip(*(optimistic(first[i], units[i].engine) for i in sole), strict=True)
             calibration = self.calibration
@@ -353,27 +418,63 @@ class ConsensusScorer:
             )
             odds = calibration.screen.raw(np.vstack([first[i] for i in sole]))
             for i, bound, screen in zip(sole, upper, odds, strict=True):
-                limit = threshold(units[i])
+                limit = limits[i]
                 screened = screen < calibration.screen_cut(units[i].engine)
                 if math.isfinite(bound) and (limit is None or bound < limit or screened):
-                    bounds[i] = float(bound)
-        rest = [
-            i for i, value in enumerate(first) if i not in bounds and isinstance(value, np.ndarray)
-        ]
-        exact = dict(zip(rest, self.score([units[i] for i in rest]), strict=True))
-        scores = []
-        for i, (unit, value) in enumerate(zip(units, first, strict=True)):
-            if i in exact:
-                scores.append(exact[i])
-            elif i in bounds:
-                scores.append(judgement(self, unit, ir.Verdict.bounded, score=bounds[i]))
-            else:
-                assert isinstance(value, Failure)
-                scores.append(judgement(self, unit, value.verdict, error=value.error))
-        return scores
+                    decided[i] = self._judge(units[i], ir.Verdict.bounded, float(bound))
+        for i, value in enumerate(first):
+            if isinstance(value, Failure):
+                decided[i] = judgement(self, units[i], value.verdict, error=value.error)
+        lazy = {r.name for r in self.features.readers if r.name in LAZY_READERS}
+        if lazy:
+            decided.update(self._without(units, limits, decided, per_region, lazy, known))
+        rest = [i for i in range(len(units)) if i not in decided]
+        exact = dict(zip(rest, self.score([units[i] for i in rest], known), strict=True))
+        return [decided[i] if i in decided else exact[i] for i in range(len(units))]
 
-    def score(self, units: list[Unit]) -> list[ir.Score]:
-        computed = self.features.compute(units)
+    def _without(
+        self,
+        units: list[Unit],
+        limits: list[float | None],
+        decided: dict[int, ir.Score],
+        per_region: Counter,
+        lazy: set[str],
+        known: _Known,
+    ) -> dict[int, ir.Score]:
+        """Stage 2 of `score_against`: the units the other readers' evidence decides."""
+        open_ = [i for i in range(len(units)) if i not in decided]
+        eager = {r.name for r in self.features.readers} - lazy
+        computed = self.features.compute([units[i] for i in open_], readers=eager, known=known)
+        out: dict[int, ir.Score] = {}
+        for i, value in zip(open_, computed, strict=True):
+            if isinstance(value, Failure):
+                out[i] = judgement(self, units[i], value.verdict, error=value.error)
+                continue
+            engine = units[i].engine
+            pending = [name for name in rereads_for(engine) if name in lazy]
+            if per_region[units[i].region_number] != 1 or not pending or limits[i] is None:
+                continue
+            trees, platt = self.calibration.trees, self.calibration.calibration
+            row, free = optimistic(value, engine, pending)
+            upper = float(platt(trees.upper_raw(row[None], free[None]))[0])
+            row, free = pessimistic(value, engine, pending)
+            lower = float(platt(trees.lower_raw(row[None], free[None]))[0])
+            if upper < limits[i]:
+                out[i] = self._judge(units[i], ir.Verdict.bounded, upper)
+            elif lower >= limits[i]:
+                out[i] = self._judge(units[i], ir.Verdict.scored, lower)
+        return out
+
+    def _judge(self, unit: Unit, verdict: ir.Verdict, score: float) -> ir.Score:
+        if not math.isfinite(score):
+            return judgement(
+                self, unit, ir.Verdict.forward_failed, error=f"non-finite score {score}"
+            )
+        return judgement(self, unit, verdict, score=score)
+
+    def score(self, units: list[Unit], known: _Known | None = None) -> list[ir.Score]:
+        """Every unit read by every reader that is not its engine, then scored."""
+        computed = self.features.compute(units, known=known)
         rows = [i for i, value in enumerate(computed) if isinstance(value, np.ndarray)]
         probabilities: dict[int, float] = {}
         if rows:

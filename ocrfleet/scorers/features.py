@@ -9,10 +9,19 @@ Kinds of evidence, each cheap on a CPU:
   mean hides it); an engine without confidence (MiniCPM-OCR) sets `conf_missing` and is
   scored on the rest, with no penalty built in: the fit decides what missing confidence is
   worth;
-- agreement with independent re-reads of the same crop by RapidOCR and tesseract (each
-  reader that is not the candidate's own engine): normalised edit similarity, exact and
-  folded equality, the reader's confidence, and whether the re-reads agree among
-  themselves. Two engines with different errors rarely make the same mistake;
+- agreement with independent re-reads of the same crop by RapidOCR, tesseract and
+  EasyOCR (each reader that is not the candidate's own engine): normalised edit
+  similarity, exact and folded equality, the reader's confidence, and whether the re-reads
+  agree among themselves. Engines trained on different data rarely make the same mistake;
+- character evidence from each CTC model (RapidOCR's PP-OCR recogniser, EasyOCR's CRNN),
+  the candidate's own engine's included: on the model's own greedy reading, its weakest
+  character's probability, its smallest top-2 margin and its mean log-probability per
+  character (a crisp crop reads with every character near 1; one smudged character shows
+  as one weak frame); and cross-scores, the forced-alignment log-likelihood per character
+  of the candidate's text under the model, as a gap to the model's own reading (0: the
+  model finds the candidate as plausible as what it read itself) and against the most
+  plausible rival reading of another engine (Mor & Wolf, 2018: sequence-level CTC scores
+  of this kind separate misreads that every engine's confidence misses);
 
 plus how much ink the crop's left and right edges cut (a region that clips a character
 reads wrong in every engine alike, so agreement cannot see it), and text features that flag
@@ -30,7 +39,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,9 +56,17 @@ from ocrfleet.scorers.render.table import parse_table
 # Engines whose confidence has its own columns (their scales differ: RapidOCR's CTC
 # probabilities sit near 1, tesseract's word confidences spread much wider). They are also
 # the re-readers, each with its own agreement columns.
-CONFIDENCE_ENGINES = ("rapidocr", "tesseract")
+CONFIDENCE_ENGINES = ("rapidocr", "tesseract", "easyocr")
 READERS = CONFIDENCE_ENGINES
 _READER_COLUMNS = ("missing", "sim", "exact", "exact_fold", "conf", "wconf")
+# The re-readers whose posterior matrices give character evidence and cross-scores.
+CTC_MODELS = ("rapidocr", "easyocr")
+_CTC_COLUMNS = ("missing", "min_prob", "margin", "mean_lp", "cand_lp", "cand_gap")
+# A per-character log-likelihood is clipped to this range: a text a model cannot align at
+# all (-inf) is as implausible as one it aligns terribly.
+LOG_PROB_FLOOR = -20.0
+LOG_RATIO_CAP = 50.0  # nats: a likelihood ratio between two texts is clipped to +-this
+GAP_CEILING = 5.0  # a candidate more plausible than the model's own reading by more: as this
 # The candidate's own confidence and its least confident word's, per known engine and other.
 _ENGINE_CONFIDENCES = tuple(
     f"{kind}_{engine}" for kind in ("conf", "wconf") for engine in (*CONFIDENCE_ENGINES, "other")
@@ -70,6 +87,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "agree_word_share",
     "agree_len_logratio",
     "agree_digits_equal",
+    # each CTC model's evidence on its own reading, and the candidate's likelihood under it
+    *(f"ctc_{model}_{column}" for model in CTC_MODELS for column in _CTC_COLUMNS),
+    # the most plausible other reading against the candidate, under any CTC model
+    "ctc_rival_gap",
     # the crop: ink cut by its left or right edge (a clipped first or last character)
     "edge_ink_left",
     "edge_ink_right",
@@ -96,11 +117,26 @@ _AGREEMENT_INCREASING = (
     "agree_word_share",
     "agree_digits_equal",
 )
+# A CTC model's columns, each with its range: a surer reading, a likelier candidate can
+# only mean "more likely right" (monotone in the fit), so a model not yet asked takes the
+# favourable end of each in `optimistic`, the other in `pessimistic`.
+_CTC_RANGE = {
+    "min_prob": (0.0, 1.0),
+    "margin": (0.0, 1.0),
+    "mean_lp": (LOG_PROB_FLOOR, 0.0),
+    "cand_lp": (LOG_PROB_FLOOR, 0.0),
+    "cand_gap": (-LOG_RATIO_CAP, GAP_CEILING),
+}
+_CTC_INCREASING = tuple(_CTC_RANGE)
 INCREASING: tuple[str, ...] = (
     *_ENGINE_CONFIDENCES,
     *(f"{reader}_{column}" for reader in READERS for column in _READER_INCREASING),
     *_AGREEMENT_INCREASING,
+    *(f"ctc_{model}_{column}" for model in CTC_MODELS for column in _CTC_INCREASING),
 )
+# Features whose larger values can only mean "more likely wrong": a rival reading the models
+# find likelier than the candidate. Its range is +-LOG_RATIO_CAP.
+DECREASING: tuple[str, ...] = ("ctc_rival_gap",)
 _INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
 
@@ -112,6 +148,45 @@ class Reading:
     text: str
     confidence: float | None
     word_confidence: float | None = None  # its least confident word's, if it gave words
+
+
+@dataclass(frozen=True)
+class CtcScores:
+    """What one CTC model says about a crop: the evidence of its own greedy reading and
+    the log-likelihood (natural log) of any text under it. Built from a
+    `ocrfleet.scorers.ctc.Posterior` when scoring, from cached values when training."""
+
+    engine: str
+    text: str  # the model's greedy reading
+    min_char_prob: float
+    min_margin: float
+    mean_log_prob: float
+    log_likelihood: Callable[[str], float]
+
+    def reading(self) -> Reading:
+        """The model's reading as a re-read: its text, the geometric mean of its characters'
+        probabilities as the line's confidence, the weakest character as the least word's."""
+        return Reading(self.engine, self.text, math.exp(self.mean_log_prob), self.min_char_prob)
+
+
+def ctc_scores(posterior) -> CtcScores:
+    """A posterior's evidence, its likelihoods computed on demand and kept per text."""
+    evidence = posterior.evidence()
+    memo: dict[str, float] = {}
+
+    def log_likelihood(text: str) -> float:
+        if text not in memo:
+            memo[text] = float(posterior.log_likelihood(text))
+        return memo[text]
+
+    return CtcScores(
+        posterior.engine,
+        posterior.text(),
+        float(evidence.min_char_prob),
+        float(evidence.min_margin),
+        float(evidence.mean_log_prob),
+        log_likelihood,
+    )
 
 
 def least_word_confidence(words: Sequence[ir.Word] | None) -> float | None:
@@ -249,27 +324,130 @@ def agreement_features(candidate: str, rereads: dict[str, Reading]) -> dict[str,
     return features
 
 
-def optimistic(vector: np.ndarray, engine: str) -> tuple[np.ndarray, np.ndarray]:
-    """A candidate's features before its re-reads, with every re-read agreeing: `vector`
-    (computed with no re-reads) with each reader that would re-read it present and its
-    `INCREASING` agreement columns at their largest, and the mask of the columns whose
-    most favourable value is unknown (a reader's confidence, the length ratio, whether
-    two re-reads agree). The trees' `upper_raw` over that row bounds the score any re-read
-    could give the candidate: monotone constraints make larger increasing values never
-    lower it."""
+def _per_char(log_likelihood: float, text: str) -> float:
+    value = log_likelihood / max(len(text), 1)
+    return min(max(value, LOG_PROB_FLOOR), 0.0) if not math.isnan(value) else LOG_PROB_FLOOR
+
+
+def _ratio(a: float, b: float) -> float:
+    """log P(a) - log P(b), clipped: one misread character is a few nats; a text the model
+    cannot align at all is as bad as one off by many characters."""
+    if not math.isfinite(a) and not math.isfinite(b):
+        return 0.0
+    difference = a - b if math.isfinite(a - b) else (LOG_RATIO_CAP if a > b else -LOG_RATIO_CAP)
+    return min(max(difference, -LOG_RATIO_CAP), LOG_RATIO_CAP)
+
+
+def ctc_features(
+    candidate: str, ctc: Mapping[str, CtcScores], rivals: Sequence[str]
+) -> dict[str, float]:
+    """`candidate` is visible text; `ctc` the CTC models' scores of the crop by model name
+    (the candidate's own engine's too, if it is one: its evidence on its own reading);
+    `rivals` the other engines' visible readings of the crop. The candidate's likelihood
+    is given per character (how well the whole line fits) and as a ratio to the model's
+    own reading and to the best rival (one misread character moves the ratio by nats, the
+    per-character mean by a few hundredths)."""
+    features: dict[str, float] = {}
+    mine = canonical(candidate)
+    others = [text for text in dict.fromkeys(rivals) if canonical(text) != mine]
+    rival_gaps = []
+    for model in CTC_MODELS:
+        scores = ctc.get(model)
+        if scores is None:
+            features[f"ctc_{model}_missing"] = 1.0
+            for column in _CTC_COLUMNS[1:]:
+                features[f"ctc_{model}_{column}"] = 0.0
+            continue
+        cand = scores.log_likelihood(candidate)
+        features.update(
+            {
+                f"ctc_{model}_missing": 0.0,
+                f"ctc_{model}_min_prob": float(scores.min_char_prob),
+                f"ctc_{model}_margin": float(scores.min_margin),
+                f"ctc_{model}_mean_lp": max(float(scores.mean_log_prob), LOG_PROB_FLOOR),
+                f"ctc_{model}_cand_lp": _per_char(cand, candidate),
+                f"ctc_{model}_cand_gap": min(
+                    _ratio(cand, scores.log_likelihood(scores.text)), GAP_CEILING
+                ),
+            }
+        )
+        rival_gaps.extend(_ratio(scores.log_likelihood(t), cand) for t in others)
+    # No rival (every reading is the candidate's) counts as the least plausible rival.
+    features["ctc_rival_gap"] = max(rival_gaps, default=-LOG_RATIO_CAP)
+    return features
+
+
+def _pending_columns(readers: Sequence[str], engine: str) -> list[str]:
+    """The columns a pending reader sets: its agreement and, for a CTC model other than
+    the candidate's own engine, its character evidence."""
+    columns = [f"{reader}_{column}" for reader in readers for column in _READER_COLUMNS]
+    for model in CTC_MODELS:
+        if model in readers and model != engine:
+            columns.extend(f"ctc_{model}_{column}" for column in _CTC_COLUMNS)
+    return columns
+
+
+def _bound_row(
+    vector: np.ndarray, engine: str, pending: Sequence[str], favourable: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """`vector` (computed without the `pending` readers) with each of them present and at
+    the favourable (or unfavourable) end of every monotone column it sets, and the mask of
+    the columns whose value stays unknown."""
+    end = 1 if favourable else 0
     row = np.array(vector, dtype=np.float64)
     free = np.zeros(len(FEATURE_NAMES), dtype=bool)
-    readers = rereads_for(engine)
-    for reader in readers:
+    for name in _pending_columns(pending, engine):
+        free[_INDEX[name]] = True
+    for reader in pending:
+        free[_INDEX[f"{reader}_missing"]] = False
         row[_INDEX[f"{reader}_missing"]] = 0.0
         for column in _READER_INCREASING:
-            row[_INDEX[f"{reader}_{column}"]] = 1.0
-        free[_INDEX[f"{reader}_conf"]] = free[_INDEX[f"{reader}_wconf"]] = True
-    row[_INDEX["reread_count"]] = float(len(readers))
+            free[_INDEX[f"{reader}_{column}"]] = False
+            row[_INDEX[f"{reader}_{column}"]] = float(end)
+    for model in CTC_MODELS:
+        if model in pending and model != engine:
+            free[_INDEX[f"ctc_{model}_missing"]] = False
+            row[_INDEX[f"ctc_{model}_missing"]] = 0.0
+            for column in _CTC_INCREASING:
+                free[_INDEX[f"ctc_{model}_{column}"]] = False
+                row[_INDEX[f"ctc_{model}_{column}"]] = _CTC_RANGE[column][end]
+    row[_INDEX["reread_count"]] = float(len(rereads_for(engine)))
+    row[_INDEX["ctc_rival_gap"]] = -LOG_RATIO_CAP if favourable else LOG_RATIO_CAP
+    for name in ("agree_len_logratio", "rereads_agree"):
+        free[_INDEX[name]] = True
+    return row, free
+
+
+def optimistic(
+    vector: np.ndarray, engine: str, pending: Sequence[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A candidate's features before the re-reads of `pending` readers (default: every
+    reader that would re-read it), with each of them agreeing: `vector` (computed without
+    them) with each pending reader present, its `INCREASING` columns (agreement, character
+    evidence, likelihoods) at their largest and the `DECREASING` rival at its least, and
+    the mask of the columns whose most favourable value is unknown (a reader's confidence,
+    the length ratio, whether two re-reads agree). The trees' `upper_raw` over that row
+    bounds the score those re-reads could give the candidate: monotone constraints make
+    larger increasing values never lower it."""
+    readers = rereads_for(engine) if pending is None else tuple(pending)
+    row, free = _bound_row(vector, engine, readers, favourable=True)
     for name in _AGREEMENT_INCREASING:
         row[_INDEX[name]] = 1.0
-    free[_INDEX["agree_len_logratio"]] = True
-    free[_INDEX["rereads_agree"]] = len(readers) > 1
+    return row, free
+
+
+def pessimistic(
+    vector: np.ndarray, engine: str, pending: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The other side of `optimistic`: `vector` (computed without the `pending` readers)
+    with each of them present and disagreeing as much as it can, and the mask of the
+    columns left free. The trees' `lower_raw` over that row is the least score those
+    re-reads could give: where it reaches the threshold, reading them cannot change the
+    decision. Summaries over all re-reads take their least value given the readings
+    already made (a maximum cannot fall, a minimum or an "all" can)."""
+    row, free = _bound_row(vector, engine, pending, favourable=False)
+    for name in ("reread_min_sim", "reread_all_exact", "agree_digits_equal"):
+        row[_INDEX[name]] = 0.0
     return row, free
 
 
@@ -331,26 +509,23 @@ def unit_features(
     confidence: float | None,
     rereads: dict[str, Reading],
     word_confidence: float | None = None,
+    ctc: Mapping[str, CtcScores] | None = None,
 ) -> np.ndarray:
     """All features of one unit, in FEATURE_NAMES order. `rereads`: the independent
-    readings of the crop by reader name, their texts as the engines gave them."""
+    readings of the crop by reader name, their texts as the engines gave them; `ctc`: the
+    CTC models' scores of the crop by model name (the candidate's own engine's included:
+    its evidence on its own reading)."""
     shown = visible_text(text, category)
+    visible = {
+        name: Reading(
+            r.engine, visible_text(r.text, ir.Category.text), r.confidence, r.word_confidence
+        )
+        for name, r in rereads.items()
+    }
     values: dict[str, float] = {}
     values.update(engine_features(engine, confidence, word_confidence))
-    values.update(
-        agreement_features(
-            shown,
-            {
-                name: Reading(
-                    r.engine,
-                    visible_text(r.text, ir.Category.text),
-                    r.confidence,
-                    r.word_confidence,
-                )
-                for name, r in rereads.items()
-            },
-        )
-    )
+    values.update(agreement_features(shown, visible))
+    values.update(ctc_features(shown, ctc or {}, [r.text for r in visible.values()]))
     values.update(crop_features(crop))
     values.update(text_features(shown, category))
     return feature_vector(values)

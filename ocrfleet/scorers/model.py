@@ -52,9 +52,17 @@ class Trees:
         a node splits on a free feature, its best is the better child's. The others decide
         as in `raw`, so with nothing free this is `raw`. Exact per tree, summed over trees:
         an upper bound."""
+        return self._bound(x, free, np.maximum)
+
+    def lower_raw(self, x: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """The lowest log-odds any row of `x` can reach when the features in `free` may
+        take any value: `upper_raw` with the worse child. A lower bound."""
+        return self._bound(x, free, np.minimum)
+
+    def _bound(self, x: np.ndarray, free: np.ndarray, pick) -> np.ndarray:
         x = np.atleast_2d(np.asarray(x, dtype=np.float64))
         free = np.broadcast_to(np.asarray(free, dtype=bool), x.shape)
-        leaves = np.where(self.is_leaf, self.value, -np.inf)
+        leaves = np.where(self.is_leaf, self.value, np.nan)
         best = np.broadcast_to(leaves, (x.shape[0], leaves.size)).copy()
         for nodes in reversed(self._inner_by_level()):
             left, right, feature = self.left[nodes], self.right[nodes], self.feature[nodes]
@@ -63,7 +71,7 @@ class Trees:
                 np.isnan(values), self.missing_left[nodes], values <= self.threshold[nodes]
             )
             follow = np.where(go_left, best[:, left], best[:, right])
-            either = np.maximum(best[:, left], best[:, right])
+            either = pick(best[:, left], best[:, right])
             best[:, nodes] = np.where(free[:, feature], either, follow)
         return self.baseline + best[:, self.roots].sum(axis=1)
 
