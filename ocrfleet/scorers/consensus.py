@@ -257,7 +257,6 @@ class ConsensusFeatures:
                 continue
             try:
                 results[i] = unit_features(
-                    unit.crop,
                     unit.text,
                     unit.category,
                     unit.engine,
