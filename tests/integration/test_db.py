@@ -48,6 +48,7 @@ TABLES = {
     "review_flags",
     "users",
     "reviews",
+    "login_attempts",
     "scaling_decisions",
     "api_keys",
     "deliveries",

@@ -29,6 +29,7 @@ from tests.conftest import PG_ADMIN_URL, REPO, free_port, temporary_pg_database,
 from tests.integration.review.helpers import (
     ACCOUNTS,
     DOCUMENTS,
+    FLAG_EVERYTHING,
     PASSWORD,
     SECRET,
     World,
@@ -48,7 +49,7 @@ def shared_world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         store = tmp_path_factory.mktemp("review-security-store")
         url = stack.enter_context(temporary_pg_database("ocrfleet_rs"))
         upgrade(url)
-        settings = Settings(database_url=url, store_url=f"file://{store}")
+        settings = Settings(database_url=url, store_url=f"file://{store}", **FLAG_EVERYTHING)
         documents = run_examples(settings, DOCUMENTS)
         # The same memo under thresholds of 0: a run whose scored regions are accepted
         # automatically, for the overrides only an admin may make.

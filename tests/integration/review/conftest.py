@@ -16,7 +16,14 @@ from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines, session_scope
 from ocrfleet.review.users import add_user
 from tests.conftest import PG_ADMIN_URL, temporary_pg_database
-from tests.integration.review.helpers import ACCOUNTS, DOCUMENTS, PASSWORD, World, run_examples
+from tests.integration.review.helpers import (
+    ACCOUNTS,
+    DOCUMENTS,
+    FLAG_EVERYTHING,
+    PASSWORD,
+    World,
+    run_examples,
+)
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +31,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     store = tmp_path_factory.mktemp("review-store")
     with temporary_pg_database("ocrfleet_rt") as url:
         upgrade(url)
-        settings = Settings(database_url=url, store_url=f"file://{store}")
+        settings = Settings(database_url=url, store_url=f"file://{store}", **FLAG_EVERYTHING)
         documents = run_examples(settings, DOCUMENTS)
         with session_scope(url) as session:
             for name, (role, tenant) in ACCOUNTS.items():

@@ -21,6 +21,10 @@ PASSWORD = "correct horse battery"
 # name -> (role, tenant); "*" is every tenant
 ACCOUNTS = {"alice": ("reviewer", "acme"), "bob": ("reviewer", "globex"), "root": ("admin", "*")}
 DOCUMENTS = {"photo.jpg": "acme", "memo.tif": "globex"}
+# The review tests need open flags on both documents and on both of memo.tif's pages,
+# whatever the shipped calibration accepts: a threshold no score reaches routes every
+# scored region to review.
+FLAG_EVERYTHING = {f"threshold_{c}": 1.0 for c in ("text", "formula", "table")}
 
 
 @dataclass(frozen=True)
