@@ -18,10 +18,11 @@ Sets (clean printed pages, then receipts):
 An accepted region counts as wrong when its text, in the labels' canonical form (receipts
 case-insensitive), is not found in the page's canonical truth between non-alphanumeric
 neighbours; canonical text folds line breaks to spaces, so reading order and a region that
-spans two transcript lines in order do not count. "Empty over lines" counts accepted regions
-that hold text (any category but figure: a text line, or a table or formula with its lines)
-whose final text is empty: it must be 0. Figures hold no lines (theirs are regions of their
-own) and are left out of the shares.
+spans two transcript lines in order do not count. In UNLV's transcripts a run of `~` marks a
+character they could not encode ("Caf~~" for "Café"): it matches up to two characters.
+"Empty over lines" counts accepted regions that hold text (any category but figure: a text
+line, or a table or formula with its lines) whose final text is empty: it must be 0.
+Figures hold no lines (theirs are regions of their own) and are left out of the shares.
 
 Then `ocrfleet run --json examples/`: its regions and how many await review (target <= 2).
 
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -90,13 +92,41 @@ def run_cli(files: list[Path], workdir: Path) -> tuple[str, list[dict]]:
     return url, json.loads(done.stdout)
 
 
+UNREADABLE = "~"  # UNLV's mark for a character its transcript could not encode
+
+
 def found(text: str, truth: str) -> bool:
     """`text` occurs in `truth` with no letter or digit glued to an end that is a letter or
     digit ("1" is not found in "12"; canonical text glues punctuation to its neighbours, so
     an end that is punctuation may touch anything)."""
     before = r"(?<![^\W_])" if text[:1].isalnum() else ""
     after = r"(?![^\W_])" if text[-1:].isalnum() else ""
-    return re.search(before + re.escape(text) + after, truth) is not None
+    if re.search(before + re.escape(text) + after, truth) is not None:
+        return True
+    return UNREADABLE in truth and any(
+        _spans(text, truth, start) for start in range(len(truth)) if truth[start] != " "
+    )
+
+
+def _spans(text: str, truth: str, start: int) -> bool:
+    """`text` reads `truth` from `start` on, where a run of UNLV's `~` (a character the
+    transcript could not encode: "Caf~~" for "Café", "Texas-~based") stands for up to two
+    characters of any kind."""
+
+    @cache
+    def match(i: int, j: int) -> bool:
+        if i == len(text):
+            return True
+        if j == len(truth):
+            return False
+        if truth[j] == UNREADABLE:
+            end = j
+            while end < len(truth) and truth[end] == UNREADABLE:
+                end += 1
+            return any(match(i + k, end) for k in range(min(2, len(text) - i) + 1))
+        return text[i] == truth[j] and match(i + 1, j + 1)
+
+    return match(0, start)
 
 
 def tally(
