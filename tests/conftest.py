@@ -30,31 +30,50 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def wait_for_port(port: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        if port_open(port):
+            return
         time.sleep(0.1)
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
 @contextmanager
-def temporary_pg_database(prefix: str = "ocrfleet_t") -> Iterator[str]:
-    """A fresh, empty PostgreSQL database, dropped (connections and all) afterwards."""
+def temporary_pg_database(prefix: str = "ocrfleet_t", template: str | None = None) -> Iterator[str]:
+    """A fresh PostgreSQL database, empty or a copy of the database `template`, dropped
+    (connections and all) afterwards."""
     from sqlalchemy import create_engine, text
 
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    copy_of = f' TEMPLATE "{template}"' if template else ""
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"{copy_of}'))
     try:
         yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@contextmanager
+def database_copy(template: str, prefix: str) -> Iterator[str]:
+    """A fresh copy of the PostgreSQL database `template` (a test's own copy of a world built
+    once); this process's engines are disposed of before it is dropped."""
+    from ocrfleet.db.session import dispose_engines
+
+    with temporary_pg_database(prefix, template) as url:
+        try:
+            yield url
+        finally:
+            dispose_engines()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from sqlalchemy import text
 from ocrfleet import client
 from ocrfleet.config import Settings
 from ocrfleet.db.session import get_engine
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port, port_open
 
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
 PAGE_DPI = 100  # render and OCR at low resolution: these tests are about delivery
@@ -199,6 +199,32 @@ def running_beat(env: dict[str, str], directory: Path) -> Iterator[subprocess.Po
         finally:
             beat.terminate()
             beat.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def api_process(env: dict[str, str], log_path: Path, timeout: float = 90) -> Iterator[str]:
+    """`ocrfleet api` for the fleet of `env` on a free port, logging to `log_path`: its base
+    URL once it answers (the log's tail if it exits or is still silent after `timeout`
+    seconds), stopped afterwards."""
+    port = free_port()
+    with open(log_path, "ab") as log:
+        api = subprocess.Popen(
+            [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)],
+            cwd=REPO,
+            env=process_env(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while not port_open(port):
+            if api.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"ocrfleet api did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        api.terminate()
+        api.wait(timeout=30)
 
 
 def start_workers(

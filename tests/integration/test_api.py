@@ -4,8 +4,6 @@ PostgreSQL and moto's S3; a local HTTP server receives the webhooks."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,13 +17,12 @@ from lxml import etree
 
 from ocrfleet import client, webhooks
 from ocrfleet.storage import open_store
-from tests.conftest import REPO, free_port, wait_for_port
 from tests.integration.fleet_helpers import (
     Workers,
+    api_process,
     make_document,
     ocrfleet_cli,
     page_lines,
-    process_env,
     queue_depths,
     rows,
     scalar,
@@ -99,22 +96,11 @@ def start_fleet(env: dict[str, str], tmp_path: Path, devices: str) -> Iterator[F
     }
     keys = {tenant: ocrfleet_cli(env, "keys", "add", tenant).strip() for tenant in "AB"}
     workers = start_workers(env, tmp_path / "workers.log", queues="gpu,ingest", devices=devices)
-    port = free_port()
     api_log = tmp_path / "api.log"
-    with api_log.open("ab") as log:
-        api = subprocess.Popen(
-            [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)],
-            cwd=REPO,
-            env=process_env(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
     try:
-        wait_for_port(port, timeout=60)
-        yield Fleet(env, f"http://127.0.0.1:{port}", keys, workers, api_log)
+        with api_process(env, api_log) as base:
+            yield Fleet(env, base, keys, workers, api_log)
     finally:
-        api.terminate()
-        api.wait(timeout=30)
         workers.stop()
 
 

@@ -5,10 +5,6 @@ attack."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,8 +17,8 @@ import redis
 from ocrfleet.api.keys import add_key
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines, session_scope
-from tests.conftest import REDIS_URL, REPO, free_port, temporary_pg_database
-from tests.integration.fleet_helpers import fleet_env, process_env
+from tests.conftest import REDIS_URL, temporary_pg_database
+from tests.integration.fleet_helpers import api_process, fleet_env
 
 TENANTS = ("acme", "globex")
 
@@ -43,11 +39,6 @@ class ApiServer:
     @property
     def database_url(self) -> str:
         return self.env["OCRFLEET_DATABASE_URL"]
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @contextmanager
@@ -79,26 +70,11 @@ def running_api(moto_endpoint: str, directory: Path, **extra: str) -> Iterator[A
         )
         with session_scope(pg_url) as session:
             keys = {tenant: add_key(session, tenant)[1] for tenant in TENANTS}
-        port = free_port()
         log = directory / "api.log"
-        with log.open("ab") as out:
-            api = subprocess.Popen(
-                [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)],
-                cwd=REPO,
-                env=process_env(env),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
         try:
-            deadline = time.monotonic() + 90
-            while not port_open(port):
-                if api.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"ocrfleet api did not start:\n{log.read_text()[-3000:]}")
-                time.sleep(0.2)
-            yield ApiServer(f"http://127.0.0.1:{port}", env, keys, bucket, log)
+            with api_process(env, log) as base:
+                yield ApiServer(base, env, keys, bucket, log)
         finally:
-            api.terminate()
-            api.wait(timeout=30)
             dispose_engines()
             broker.flushdb()
             broker.close()

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -18,14 +17,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select
 
 from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.models import Page, Region, ReviewFlag
 from ocrfleet.db.session import dispose_engines, session_scope
 from ocrfleet.review.users import add_user
-from tests.conftest import PG_ADMIN_URL, REPO, free_port, temporary_pg_database, wait_for_port
+from tests.conftest import REPO, database_copy, free_port, temporary_pg_database, wait_for_port
 from tests.integration.review.helpers import (
     ACCOUNTS,
     DOCUMENTS,
@@ -71,24 +70,9 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture
 def review_db(world: World) -> Iterator[str]:
-    with database_copy(world) as url:
+    """A fresh copy of the template database for one test."""
+    with database_copy(world.template, "ocrfleet_rsc") as url:
         yield url
-
-
-@contextmanager
-def database_copy(world: World) -> Iterator[str]:
-    """A fresh copy of the template database."""
-    name = f"ocrfleet_rsc_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{world.template}"'))
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        dispose_engines()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def environment(url: str, world: World, **settings: object) -> dict[str, str]:

@@ -31,6 +31,14 @@ from tests.security.test_outputs import RUN_ID, store_document
 
 UPLOAD_LIMIT = 200_000
 EXAMPLES = int(os.environ.get("OCRFLEET_FUZZ_EXAMPLES", "150"))
+# Both fuzzes: EXAMPLES each, the same examples on every run, nothing kept between runs.
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 BIG = str(2**64)
 # The schema the server serves, built from the same app (the server is not up at import).
 SCHEMA = schemathesis.openapi.from_dict(
@@ -145,13 +153,7 @@ def test_a_chunked_body_over_the_limit_is_413(api: ApiServer) -> None:
     before="(no fuzz) odd requests found by hand gave 500s",
     after="Schemathesis over every route, valid and invalid, with and without a key: no 5xx",
 )
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+@FUZZ
 @given(case=CASES, other=st.sampled_from(["globex", "bogus", None]))
 def test_fuzz_every_route_gets_no_5xx(
     api: ApiServer, case: schemathesis.Case, other: str | None
@@ -190,13 +192,7 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
     before="(no fuzz) routes outside the schema were never probed",
     after="Hypothesis over every route, any method, odd path parts and queries: no 5xx",
 )
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+@FUZZ
 @given(
     route=st.sampled_from(ROUTES),
     part=st.text(max_size=40),

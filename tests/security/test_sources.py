@@ -7,8 +7,6 @@ and the same answer; the fleet reads no bucket the operator did not list."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,12 +23,11 @@ from ocrfleet.config import Settings
 from ocrfleet.gc import collect_garbage
 from ocrfleet.scheduler.sweeps import ingest_intake
 from ocrfleet.storage import SourceRefused, read_uri
-from tests.conftest import REPO, free_port, wait_for_port
 from tests.integration.conftest import env  # noqa: F401 - the fleet's fixture
 from tests.integration.fleet_helpers import (
+    api_process,
     make_document,
     ocrfleet_cli,
-    process_env,
     rows,
     scalar,
     settings_from,
@@ -76,22 +73,9 @@ def api(env: dict[str, str], tmp_path: Path) -> Iterator[Api]:  # noqa: F811
         f"s3://{names['shared']}/pub",
     }
     keys = {tenant: ocrfleet_cli(env, "keys", "add", tenant).strip() for tenant in "AB"}
-    port = free_port()
-    with (tmp_path / "api.log").open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)],
-            cwd=REPO,
-            env=process_env(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_port(port, timeout=90)
+    with api_process(env, tmp_path / "api.log") as base:
         bucket = env["OCRFLEET_STORE_URL"].removeprefix("s3://").split("/")[0]
-        yield Api(env, f"http://127.0.0.1:{port}", keys, s3, bucket, **names)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        yield Api(env, base, keys, s3, bucket, **names)
 
 
 @pytest.mark.finding(

@@ -10,8 +10,6 @@ import json
 import re
 import select
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,12 +32,11 @@ from ocrfleet.outbound import address_allowed
 from ocrfleet.review.app import create_app as review_app
 from ocrfleet.tasks import routing
 from ocrfleet.workers.launcher import plan_children
-from tests.conftest import REPO, free_port, wait_for_port
 from tests.integration.fleet_helpers import (
+    api_process,
     fleet_env,
     make_document,
     ocrfleet_cli,
-    process_env,
     rows,
     scalar,
     settings_from,
@@ -516,22 +513,8 @@ def test_the_api_refusal_says_not_allowed_and_no_address(
     env = fleet
     with session_scope(env["OCRFLEET_DATABASE_URL"]) as session:
         _, key = keys.add_key(session, "acme")
-    port = free_port()
-    with (tmp_path / "api.log").open("ab") as log:
-        api = subprocess.Popen(
-            [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)],
-            cwd=REPO,
-            env=process_env(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_port(port, timeout=60)
-        http = httpx.Client(
-            base_url=f"http://127.0.0.1:{port}",
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=60,
-        )
+    with api_process(env, tmp_path / "api.log") as base:
+        http = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60)
         for callback in ("http://localhost:9/hook", "http://[64:ff9b::7f00:1]/hook"):
             refused = http.post(
                 "/v1/documents",
@@ -542,9 +525,6 @@ def test_the_api_refusal_says_not_allowed_and_no_address(
             assert "not allowed" in refused.text
             assert not re.search(r"127\.0\.0\.1|::1\b|7f00", refused.text), refused.text
         assert scalar(env["OCRFLEET_DATABASE_URL"], "SELECT count(*) FROM documents") == 0
-    finally:
-        api.terminate()
-        api.wait(timeout=30)
 
 
 # -- finding 5: a secret per API key, kid in the header, rotation -------------------------

@@ -5,17 +5,15 @@ for tenant globex), with three accounts. Each test gets its own copy of that dat
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from ocrfleet.config import Settings
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines, session_scope
 from ocrfleet.review.users import add_user
-from tests.conftest import PG_ADMIN_URL, temporary_pg_database
+from tests.conftest import database_copy, temporary_pg_database
 from tests.integration.review.helpers import (
     ACCOUNTS,
     DOCUMENTS,
@@ -45,14 +43,5 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 @pytest.fixture
 def review_db(world: World) -> Iterator[str]:
     """A fresh copy of the template database for one test."""
-    name = f"ocrfleet_rc_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{world.template}"'))
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        dispose_engines()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with database_copy(world.template, "ocrfleet_rc") as url:
+        yield url
