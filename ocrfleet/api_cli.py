@@ -5,9 +5,13 @@ rotate-webhook-secret`, `ocrfleet cancel`.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 keys_app = typer.Typer(no_args_is_help=True, help="API keys of tenants.")
 
@@ -69,15 +73,8 @@ def keys_webhook_secret(
 ) -> None:
     """Print the secret that signs the callbacks of KEY_ID's documents (kid=KEY_ID)."""
     from ocrfleet.api.keys import webhook_secret
-    from ocrfleet.config import get_settings
-    from ocrfleet.db.session import session_scope
 
-    with session_scope(get_settings().database_url) as session:
-        secret = webhook_secret(session, key_id)
-    if secret is None:
-        typer.echo(f"error: no key {key_id}", err=True)
-        raise typer.Exit(1)
-    typer.echo(secret)
+    _echo_secret(webhook_secret, key_id)
 
 
 @keys_app.command("rotate-webhook-secret")
@@ -87,11 +84,17 @@ def keys_rotate_webhook_secret(
     """Replace KEY_ID's webhook secret and print the new one. It applies at once, retries of
     earlier callbacks included: give the receiver the new secret first, or accept both."""
     from ocrfleet.api.keys import rotate_webhook_secret
+
+    _echo_secret(rotate_webhook_secret, key_id)
+
+
+def _echo_secret(secret_of: Callable[[Session, int], str | None], key_id: int) -> None:
+    """Print what `secret_of` gives for KEY_ID in one session; exit 1 when there is no key."""
     from ocrfleet.config import get_settings
     from ocrfleet.db.session import session_scope
 
     with session_scope(get_settings().database_url) as session:
-        secret = rotate_webhook_secret(session, key_id)
+        secret = secret_of(session, key_id)
     if secret is None:
         typer.echo(f"error: no key {key_id}", err=True)
         raise typer.Exit(1)
