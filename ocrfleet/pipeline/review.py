@@ -6,8 +6,7 @@ scored goes to review with the verdict as its reason, never as if it had scored 
 Best-of-N never makes text worse on purpose: the primary engine's candidate (the first in
 `OCRFLEET_ENGINES` that read the region and was scored) is kept unless another candidate's
 score beats it by more than the policy's margin, a margin validated on held-back real
-documents to lower CER. The scorer's own rule (`Policy.accept`), where it has one, may
-accept a region first. Otherwise the chosen candidate is accepted when its score reaches the
+documents to lower CER. The chosen candidate is accepted when its score reaches the
 threshold for its (engine, category); when no threshold kept its precision promise for that
 kind, the region goes to review as `uncalibrated`. A chosen candidate under its threshold
 goes to review even though it is the best we have; it is still chosen so the document text
@@ -180,11 +179,6 @@ def _decide_region(
             accepted=False,
             flag_reason=f"{NOT_SCORED}:{verdict}",
         )
-    if policy.accept is not None:
-        scores = {c.engine: score_of[(region.number, c.engine)] for _, c in scored}
-        engine = policy.accept(region, [c for _, c in scored], scores)
-        if engine is not None:
-            return ir.Decision(region_number=region.number, chosen_engine=engine, accepted=True)
     best_score, best = choose(scored, policy.margin)
     threshold = policy.threshold(best.engine, region.category)
     if threshold is None:

@@ -1,11 +1,10 @@
 """The scorer interface: every verifier judges (crop, candidate text, category) units in
 batches and returns one `Score` per unit, with a verdict that says whether it really ran,
-and brings its own `Policy` (thresholds, best-of-N margin, any rule of its own) so the
-review routing never needs to know which scorer produced the scores."""
+and brings its own `Policy` (thresholds and best-of-N margin) so the review routing never
+needs to know which scorer produced the scores."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,23 +29,16 @@ class Unit:
     word_confidence: float | None = None
 
 
-# A scorer's own acceptance rule, asked before its thresholds: given a region, its candidates
-# that carry a score (engine order) and those scores by engine, the engine whose candidate it
-# accepts, or None to leave the decision to the thresholds.
-AcceptRule = Callable[[ir.Region, Sequence[ir.Candidate], Mapping[str, ir.Score]], str | None]
-
-
 @dataclass(frozen=True)
 class Policy:
     """How a scorer's scores become decisions. Thresholds by (engine, category): `fixed` (a
     category's setting) applies to every engine; otherwise `per_engine` decides, its OTHER
     key standing for engines it does not name; a None threshold means uncalibrated. `margin`
-    is the best-of-N margin; `accept` the scorer's own rule, if it has one."""
+    is the best-of-N margin."""
 
     fixed: dict[str, float | None] = field(default_factory=dict)
     per_engine: dict[str, dict[str, float | None]] = field(default_factory=dict)
     margin: float = 0.0
-    accept: AcceptRule | None = None
 
     OTHER = "other"
 

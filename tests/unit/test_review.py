@@ -292,39 +292,6 @@ def test_candidate_of_an_unknown_region_is_an_error(scorer) -> None:
         score_units(page, regions, [cand(9, "rapidocr", "x")], scorer)
 
 
-def test_a_scorers_own_rule_accepts_before_its_thresholds_and_sees_the_scores() -> None:
-    seen = []
-
-    def agree(region, candidates, scores):
-        seen.append((region.number, [c.engine for c in candidates], sorted(scores)))
-        texts = {c.text for c in candidates}
-        return candidates[0].engine if len(candidates) > 1 and len(texts) == 1 else None
-
-    policy = Policy(fixed={"text": 0.99}, accept=agree)
-    regions = [region(1), region(2)]
-    candidates = [
-        cand(1, "rapidocr", "same"),
-        cand(1, "tesseract", "same"),
-        cand(2, "rapidocr", "one"),
-        cand(2, "tesseract", "two"),
-    ]
-    scores = [
-        scored(1, "rapidocr", 0.5),
-        scored(1, "tesseract", 0.4),
-        scored(2, "rapidocr", 0.5),
-        scored(2, "tesseract", 0.4),
-    ]
-    decisions = decide(regions, candidates, scores, Settings(), policy)
-    assert [(d.chosen_engine, d.accepted, d.flag_reason) for d in decisions] == [
-        ("rapidocr", True, None),  # the rule accepted what the threshold would not
-        ("rapidocr", False, "all_candidates_below_threshold"),  # the rule left it to them
-    ]
-    assert seen == [
-        (1, ["rapidocr", "tesseract"], ["rapidocr", "tesseract"]),
-        (2, ["rapidocr", "tesseract"], ["rapidocr", "tesseract"]),
-    ]
-
-
 def test_an_empty_reading_is_never_accepted_however_it_scored() -> None:
     regions = [region(1), region(2, ir.Category.table)]
     candidates = [cand(1, "rapidocr", " \n"), cand(2, "minicpm", "")]
