@@ -4,7 +4,7 @@
 - session: get_engine(url), session_scope(url | settings), dispose_engines()
 - upsert:  upsert(...) / upsert_many(...) on natural keys (INSERT .. ON CONFLICT)
 - persist: save_page_result(...) / load_page_result(...)
-- migrate: upgrade(url), downgrade(url, rev), check(url) over the top-level migrations/
+- migrate: upgrade(url), downgrade(url, rev), check(url) over ocrfleet/migrations/
 
 Import from those modules; this package imports nothing, so `import ocrfleet.db.session`
 does not pull in Alembic.
