@@ -256,7 +256,7 @@ def measure(pages: int = 12) -> tuple[float, float]:
     from bench.corpus import real_pages, tagged_png
     from bench.fleet_throughput import services, wait_all_finished
     from ocrfleet import client
-    from ocrfleet.scheduler.heartbeat import READY_PREFIX, WORKER_PREFIX
+    from ocrfleet.tasks.heartbeat import READY_PREFIX, WORKER_PREFIX
     from tests.integration.fleet_helpers import settings_from, start_workers, wait_finished
 
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:

@@ -53,7 +53,7 @@ from bench.corpus import real_pages, tagged_png  # noqa: E402
 from ocrfleet import client  # noqa: E402
 from ocrfleet.config import Settings  # noqa: E402
 from ocrfleet.db.migrate import upgrade  # noqa: E402
-from ocrfleet.workers.devices import parse_devices, thread_share  # noqa: E402
+from ocrfleet.tasks.devices import parse_devices, thread_share  # noqa: E402
 from tests.conftest import free_port, temporary_pg_database, wait_for_port  # noqa: E402
 from tests.integration.fleet_helpers import (  # noqa: E402
     fleet_env,

@@ -18,8 +18,8 @@ from bench.corpus import real_pages  # noqa: E402
 from ocrfleet.config import Settings  # noqa: E402
 from ocrfleet.pipeline.images import load_image  # noqa: E402
 from ocrfleet.pipeline.page import process_image  # noqa: E402
+from ocrfleet.tasks.startup import startup_check  # noqa: E402
 from ocrfleet.toolkit import load_toolkit  # noqa: E402
-from ocrfleet.workers.startup import startup_check  # noqa: E402
 
 
 def main() -> None:
@@ -45,7 +45,7 @@ def main() -> None:
         regions = 0
         start = time.perf_counter()
         for number, image in enumerate(images, start=1):
-            regions += len(process_image(number, image, toolkit).regions)
+            regions += len(process_image(number, image, toolkit).result.regions)
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() / 2**30

@@ -53,9 +53,9 @@ def worker(
     """Start and supervise the workers until SIGTERM/SIGINT (warm shutdown)."""
     from ocrfleet.config import get_settings
     from ocrfleet.tasks.app import celery_config
-    from ocrfleet.workers.control import ControlChannel, default_name
-    from ocrfleet.workers.devices import DeviceSpecError, parse_devices
-    from ocrfleet.workers.launcher import Supervisor, plan_children, with_monitoring
+    from ocrfleet.tasks.control import ControlChannel, default_name
+    from ocrfleet.tasks.devices import DeviceSpecError, parse_devices
+    from ocrfleet.tasks.launcher import Supervisor, plan_children, with_monitoring
 
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s: %(levelname)s/launcher] %(message)s"

@@ -23,8 +23,8 @@ from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
 from ocrfleet.scheduler.signals import QUEUES, sub_lists, unacked_entries, worker_signals
-from ocrfleet.scheduler.sweeps import message_refs
 from ocrfleet.tasks import routing
+from ocrfleet.tasks.sweeps import message_refs
 
 
 @dataclass(frozen=True)

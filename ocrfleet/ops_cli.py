@@ -181,7 +181,7 @@ def beat(
         raise typer.Exit(2)
     Beat(
         app=create_app(settings),
-        scheduler="ocrfleet.scheduler.beat:LockedScheduler",
+        scheduler="ocrfleet.tasks.beat:LockedScheduler",
         schedule=str(schedule),
         loglevel=loglevel.upper(),
         max_interval=5,

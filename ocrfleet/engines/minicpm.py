@@ -122,7 +122,7 @@ class MiniCPMRecogniser:
             raise CheckpointError(
                 f"minicpm_dtype must be one of {_DTYPES}, not {settings.minicpm_dtype!r}"
             )
-        from ocrfleet.workers.startup import device_report
+        from ocrfleet.tasks.devices import device_report
 
         device = settings.minicpm_device
         if device == "auto":

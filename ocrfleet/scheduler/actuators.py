@@ -1,7 +1,7 @@
 """Where a scaling decision goes. One interface, three ways to change a pool's size.
 
 - `local`: the scheduler writes each `ocrfleet worker --scaled` launcher's share of the
-  desired device workers to its control channel (`ocrfleet.workers.control`).
+  desired device workers to its control channel (`ocrfleet.tasks.control`).
 - `celery`: the CPU ingest pools grow and shrink through Celery's remote control
   (`pool_grow` / `pool_shrink`), never below one process per worker.
 - `kubernetes`: nothing is changed here; the desired count is exported as a Prometheus
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import redis
 
-from ocrfleet.workers.control import LAUNCHER_PREFIX, desired_key
+from ocrfleet.tasks.control import LAUNCHER_PREFIX, desired_key
 
 log = logging.getLogger(__name__)
 

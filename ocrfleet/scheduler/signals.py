@@ -7,7 +7,7 @@ message a worker has taken but not acknowledged (acks_late) sits in the `unacked
 therefore shows empty lists; the unacked hash is the work in flight.
 
 Page ages and counts come from the database; worker liveness, throughput and model load
-time from the heartbeats the workers write (`ocrfleet.scheduler.heartbeat`).
+time from the heartbeats the workers write (`ocrfleet.tasks.heartbeat`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from sqlalchemy import func, select
 
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
-from ocrfleet.scheduler.heartbeat import READY_PREFIX, WORKER_PREFIX
 from ocrfleet.tasks import routing
+from ocrfleet.tasks.heartbeat import READY_PREFIX, WORKER_PREFIX
 
 # kombu.transport.redis: Channel.sep, PRIORITY_STEPS, unacked_key.
 PRIORITY_SEP = "\x06\x16"

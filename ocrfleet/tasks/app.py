@@ -6,25 +6,35 @@ message whose worker process died goes back to the queue (`reject_on_worker_lost
 database counts deliveries per page, so a page that kills its worker every time ends
 `failed` instead of looping (see `tasks.process_page`).
 
-Workers run the prefork pool with one child per device (see `ocrfleet.workers`): the
+Workers run the prefork pool with one child per device (see `ocrfleet.tasks.launcher`): the
 parent never loads a model or touches CUDA, the child loads the models in
 `worker_process_init`, the parent enforces the hard time limit (the solo pool cannot) and
 notices at once when the child dies, so a killed page is requeued immediately rather than
 after the broker's visibility timeout, and the child is recycled by task count or memory.
+
+This module is the app alone, for producers (submit, the API, the sweeps) as much as for
+workers: it imports nothing of the worker runtime. Workers start from
+`ocrfleet.tasks.worker`, which connects the lifecycle handlers to this app.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import Celery
+from celery.signals import before_task_publish
 
 from ocrfleet.config import Settings, get_settings
-from ocrfleet.scheduler.schedule import beat_schedule
 from ocrfleet.tasks import routing
+from ocrfleet.tasks.schedule import beat_schedule
 
 # The pool waits this long for a new child to report up; the child loads the models first.
 MODEL_LOAD_TIMEOUT_S = 900.0
+
+
+# Stamped on every message at publish, so the worker can measure its queue wait.
+SENT_AT_HEADER = "ocrfleet_sent_at"
 
 
 class ConfigurationError(ValueError):
@@ -116,9 +126,10 @@ def create_app(settings: Settings) -> Celery:
             "ocrfleet",
             include=[
                 "ocrfleet.tasks.tasks",
-                "ocrfleet.scheduler.sweep_tasks",
+                "ocrfleet.tasks.sweep_tasks",
                 "ocrfleet.tasks.webhooks",
             ],
+            task_cls="ocrfleet.tasks.base:FleetTask",
             set_as_current=False,
         )
         app.conf.update(celery_config(settings))
@@ -126,15 +137,11 @@ def create_app(settings: Settings) -> Celery:
     return app
 
 
+def _stamp_sent_at(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    if headers is not None:
+        headers.setdefault(SENT_AT_HEADER, time.time())
+
+
+before_task_publish.connect(_stamp_sent_at, weak=False, dispatch_uid="ocrfleet.sent_at")
+
 app = create_app(get_settings())
-
-# Worker-side signal handlers must be connected before the worker starts.
-from ocrfleet.tasks import signals as _signals  # noqa: E402
-
-_signals.connect(app)
-
-from ocrfleet.scheduler import heartbeat as _heartbeat  # noqa: E402
-from ocrfleet.workers import monitoring as _monitoring  # noqa: E402
-
-_heartbeat.connect(app)
-_monitoring.connect(app)

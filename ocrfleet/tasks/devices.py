@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +171,31 @@ def thread_share(devices: Sequence[Device], cpu_count: int | None = None) -> int
     cpus = cpu_count or os.cpu_count() or 1
     slots = sum(1 for device in devices if device.kind == "cpu") or 1
     return max(1, cpus // slots)
+
+
+class StartupError(RuntimeError):
+    """The worker cannot serve: a device is unusable or a model does not run."""
+
+
+def device_report(device: str) -> dict[str, Any]:
+    """Name and free memory of `device` ("cpu", "cuda", "cuda:N"); raises StartupError when
+    it is not usable in this process."""
+    if not device.startswith("cuda"):
+        return {"device": device, "device_name": "cpu"}
+    import torch
+
+    if not torch.cuda.is_available():
+        raise StartupError(f"device {device} is configured but CUDA is not available here")
+    index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise StartupError(
+            f"device {device} is configured but this process sees "
+            f"{torch.cuda.device_count()} CUDA device(s)"
+        )
+    free, total = torch.cuda.mem_get_info(index)
+    return {
+        "device": f"cuda:{index}",
+        "device_name": torch.cuda.get_device_name(index),
+        "free_mib": free // 2**20,
+        "total_mib": total // 2**20,
+    }

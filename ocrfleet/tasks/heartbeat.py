@@ -4,7 +4,7 @@ Each worker's *main* process (the one that holds the broker connection and its u
 messages) writes `ocrfleet:worker:<hostname>` every `heartbeat_interval_s`, with a time to
 live of three periods. When that process dies, by SIGKILL, OOM or a host crash, the key
 expires and the messages it held are recognisably orphaned: their delivery tags are in
-Redis' `unacked` hash but in no live heartbeat (see `ocrfleet.scheduler.sweeps`).
+Redis' `unacked` hash but in no live heartbeat (see `ocrfleet.tasks.sweeps`).
 
 The record also carries the worker's page throughput (a moving average over busy time)
 and the model load time its pool process measured, which the scheduler's policy uses as
@@ -23,11 +23,11 @@ import time
 from typing import Any
 
 import redis
-from celery import Celery
 from celery.signals import celeryd_init, worker_init, worker_process_init, worker_shutdown
 
-from ocrfleet.config import get_settings
+from ocrfleet.config import Settings, get_settings
 from ocrfleet.tasks import routing
+from ocrfleet.tasks.lifecycle import model_load_seconds
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,10 @@ RATE_ALPHA = 0.3  # weight of the newest busy interval in the moving average
 _state: dict[str, Any] = {"hostname": None, "queues": [], "thread": None}
 
 
+def _settings() -> Settings:
+    return _state.get("settings") or get_settings()
+
+
 def worker_key(hostname: str) -> str:
     return f"{WORKER_PREFIX}{hostname}"
 
@@ -48,7 +52,7 @@ def ready_key(hostname: str) -> str:
 
 
 def _client() -> redis.Redis:
-    url = get_settings().broker_url
+    url = _settings().broker_url
     if not url:
         raise RuntimeError("OCRFLEET_BROKER_URL is not set")
     return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
@@ -166,7 +170,7 @@ def _on_worker_init(**_: Any) -> None:
     taken while the pool process still loads its models is claimed from the start."""
     if _state["thread"] is not None or _state["hostname"] is None:
         return
-    beat = _Beat(_state["hostname"], _state["queues"], get_settings().heartbeat_interval_s)
+    beat = _Beat(_state["hostname"], _state["queues"], _settings().heartbeat_interval_s)
     thread = threading.Thread(target=beat.run, name="ocrfleet-heartbeat", daemon=True)
     _state["thread"], _state["beat"] = thread, beat
     thread.start()
@@ -181,8 +185,6 @@ def _on_worker_shutdown(**_: Any) -> None:
 
 def _on_worker_process_init(**_: Any) -> None:
     """In a pool child after its models loaded: publish the load time it measured."""
-    from ocrfleet.tasks.signals import model_load_seconds
-
     hostname = _state["hostname"]
     if hostname is None:
         return
@@ -195,9 +197,9 @@ def _on_worker_process_init(**_: Any) -> None:
         log.warning("cannot publish the model load time: %s", exc)
 
 
-def connect(app: Celery) -> None:
+def connect(settings: Settings) -> None:
     """Connect the worker-side handlers (idempotent)."""
-    del app
+    _state["settings"] = settings
     celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid="ocrfleet.hb.celeryd_init")
     worker_init.connect(_on_worker_init, weak=False, dispatch_uid="ocrfleet.hb.worker_init")
     worker_shutdown.connect(

@@ -8,7 +8,7 @@ for a warm shutdown (the page in flight finishes, unstarted ones go back to the 
 second signal asks for a cold one) and gives up, exiting non-zero, when a child keeps
 dying right after start (a configuration error such as a missing model path).
 
-With a control channel (`ocrfleet worker --scaled`, see `ocrfleet.workers.control`) the
+With a control channel (`ocrfleet worker --scaled`, see `ocrfleet.tasks.control`) the
 launcher starts with no worker running and follows the number the scheduler sets: the
 first N device slots run, the others are stopped with a warm shutdown.
 """
@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ocrfleet.tasks import routing
-from ocrfleet.workers.control import ControlChannel
-from ocrfleet.workers.devices import Device, thread_share
+from ocrfleet.tasks.control import ControlChannel
+from ocrfleet.tasks.devices import Device, thread_share
 
 log = logging.getLogger(__name__)
 
-CELERY_APP = "ocrfleet.tasks.app"
+CELERY_APP = "ocrfleet.tasks.worker"
 
 
 @dataclass(frozen=True)
@@ -105,19 +105,20 @@ def plan_children(
     children = [_webhook_child(webhook_threads, loglevel, include, events)] if webhooks else []
     if not roles and children:
         return children
-    return _role_children(
-        roles,
-        devices,
-        concurrency=concurrency,
-        loglevel=loglevel,
-        include=include,
-        events=events,
-    ) + children
+    return (
+        _role_children(
+            roles,
+            devices,
+            concurrency=concurrency,
+            loglevel=loglevel,
+            include=include,
+            events=events,
+        )
+        + children
+    )
 
 
-def _webhook_child(
-    threads: int, loglevel: str, include: Sequence[str], events: bool
-) -> ChildSpec:
+def _webhook_child(threads: int, loglevel: str, include: Sequence[str], events: bool) -> ChildSpec:
     argv = celery_argv(
         queues=[routing.WEBHOOK_QUEUE],
         name="webhooks",

@@ -1,7 +1,9 @@
-"""Worker lifecycle: models loaded once per pool child, log context bound per task.
+"""Worker lifecycle: models loaded once per pool child, the log context, and the webhook
+that follows a finished document.
 
 `page_started` is ocrfleet's own signal, sent after a page's delivery was counted and before
-any work on it: metrics exporters and tests connect to it.
+any work on it: metrics exporters and tests connect to it. `ocrfleet.tasks.worker.connect`
+connects these handlers, with the heartbeat's and the metrics', in the order they must run.
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from celery import Celery
-from celery.signals import celeryd_init, task_postrun, task_prerun, worker_process_init
+from celery.signals import celeryd_init, task_postrun, worker_process_init
 from celery.utils.dispatch import Signal
+
+from ocrfleet.config import get_settings
+from ocrfleet.tasks import routing
+
+if TYPE_CHECKING:
+    from ocrfleet.service import Context
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +39,18 @@ _log_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
     default=_EMPTY,  # never mutated: every bind sets a new dict
 )
 _state: dict[str, Any] = {"load_models": False, "main_pid": None, "load_s": None}
+_context: Context | None = None
+
+
+def context() -> Context:
+    """This process's context (settings from the environment; store, models and run id load
+    lazily, after the pool forked)."""
+    global _context
+    if _context is None:
+        from ocrfleet.service import Context
+
+        _context = Context(get_settings())
+    return _context
 
 
 def model_load_seconds() -> float | None:
@@ -95,11 +114,9 @@ def _on_worker_process_init(**_: Any) -> None:
     worker, so a bad model path is an error at start, not at the first page."""
     if not _state["load_models"]:
         return
-    from ocrfleet.tasks.tasks import context
-
     started = time.monotonic()
     try:
-        from ocrfleet.workers.startup import startup_check
+        from ocrfleet.tasks.startup import startup_check  # imports the pipeline: children only
 
         ctx = context()
         startup_check(ctx.toolkit)  # loads the models, checks devices, one warm-up region
@@ -114,27 +131,37 @@ def _on_worker_process_init(**_: Any) -> None:
     log.info("models loaded in pool process %s in %.1fs", os.getpid(), _state["load_s"])
 
 
-_task_tokens: dict[str, contextvars.Token[dict[str, Any]]] = {}
-
-
-def _on_task_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
-    if task_id is None:
+def _on_task_postrun(
+    task: Any = None,
+    args: tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    retval: Any = None,
+    **_: Any,
+) -> None:
+    """After a page or ingest task, enqueue the document's webhook if it is now due (the
+    claim inside makes this a no-op for every task but the one that finished it)."""
+    if task is None:
         return
-    values = {**_log_context.get(), "task": getattr(task, "name", "?"), "task_id": task_id}
-    _task_tokens[task_id] = _log_context.set(values)
+    from ocrfleet import webhooks
+
+    settings = get_settings()
+    try:
+        if task.name == routing.PAGE_TASK and args:
+            webhooks.notify_page_finished(settings, int(args[0]))
+        elif task.name == routing.INGEST_TASK:
+            document_id = (retval or {}).get("document_id") if isinstance(retval, dict) else None
+            document_id = document_id or (kwargs or {}).get("document_id")
+            if document_id is not None:
+                webhooks.notify_finished(settings, int(document_id))
+    except Exception:  # the task's own outcome stands; the webhook is logged as missed
+        log.exception("could not enqueue the webhook after %s", task.name)
 
 
-def _on_task_postrun(task_id: str | None = None, **_: Any) -> None:
-    token = _task_tokens.pop(task_id or "", None)
-    if token is not None:
-        _log_context.reset(token)
-
-
-def connect(app: Celery) -> None:
-    """Connect the worker handlers (idempotent: dispatch_uid)."""
+def connect() -> None:
+    """Connect the handlers (idempotent: dispatch_uid). Model loading comes first among
+    the `worker_process_init` handlers: the others report what it measured."""
     celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid="ocrfleet.celeryd_init")
     worker_process_init.connect(
         _on_worker_process_init, weak=False, dispatch_uid="ocrfleet.worker_process_init"
     )
-    task_prerun.connect(_on_task_prerun, weak=False, dispatch_uid="ocrfleet.task_prerun")
-    task_postrun.connect(_on_task_postrun, weak=False, dispatch_uid="ocrfleet.task_postrun")
+    task_postrun.connect(_on_task_postrun, weak=False, dispatch_uid="ocrfleet.webhook_notify")

@@ -25,9 +25,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from celery import Celery
 from celery.signals import (
-    before_task_publish,
     celeryd_init,
     task_postrun,
     task_prerun,
@@ -36,12 +34,14 @@ from celery.signals import (
     worker_ready,
 )
 
-from ocrfleet.config import get_settings
+from ocrfleet.config import Settings, get_settings
 from ocrfleet.tasks import routing
+from ocrfleet.tasks.app import SENT_AT_HEADER
+from ocrfleet.tasks.heartbeat import ready_key
+from ocrfleet.tasks.lifecycle import context, model_load_seconds
 
 log = logging.getLogger(__name__)
 
-SENT_AT_HEADER = "ocrfleet_sent_at"
 _state: dict[str, Any] = {"started": {}, "server": None}
 
 
@@ -111,22 +111,12 @@ def _device_memory() -> tuple[str, float]:
     return "cpu", float(resident_pages * os.sysconf("SC_PAGE_SIZE"))
 
 
-# -- producer side: stamp messages so the consumer can measure the queue wait --------------
-
-
-def _on_before_publish(headers: dict[str, Any] | None = None, **_: Any) -> None:
-    if headers is not None:
-        headers.setdefault(SENT_AT_HEADER, time.time())
-
-
 # -- pool children --------------------------------------------------------------------------
 
 
 def _on_process_init(**_: Any) -> None:
     if not _enabled():
         return
-    from ocrfleet.tasks.signals import model_load_seconds
-
     load = model_load_seconds()
     if load is not None:
         metrics().load.set(load)
@@ -173,7 +163,6 @@ def _record_page(page_id: int, status: Any) -> None:
     from sqlalchemy import func, select
 
     from ocrfleet.db import models
-    from ocrfleet.tasks.tasks import context
 
     m = metrics()
     region, cand, score, flag = models.Region, models.Candidate, models.Score, models.ReviewFlag
@@ -186,10 +175,15 @@ def _record_page(page_id: int, status: Any) -> None:
             m.failures.labels(reason_class(page.reason)).inc()
             return
         regions = session.scalar(select(func.count()).where(region.page_id == page_id)) or 0
-        flagged = session.scalar(
-            select(func.count()).select_from(flag).join(region, region.id == flag.region_id)
-            .where(region.page_id == page_id)
-        ) or 0
+        flagged = (
+            session.scalar(
+                select(func.count())
+                .select_from(flag)
+                .join(region, region.id == flag.region_id)
+                .where(region.page_id == page_id)
+            )
+            or 0
+        )
         scores = session.execute(
             select(score.scorer, score.score)
             .join(cand, cand.id == score.candidate_id)
@@ -243,8 +237,6 @@ def readiness(hostname: str, started_at: float, loads_models: bool) -> tuple[boo
     if not loads_models:
         return True, {"models": "none needed"}
     import redis
-
-    from ocrfleet.scheduler.heartbeat import ready_key
 
     try:
         conn = redis.Redis.from_url(get_settings().broker_url or "", socket_timeout=3)
@@ -311,7 +303,7 @@ def serve(hostname: str, queues: list[str], port: int) -> ThreadingHTTPServer:
 def _on_celeryd_init(sender: Any = None, options: Any = None, **_: Any) -> None:
     """In the worker's main process, before the pool starts: /healthz answers while the
     models load, /readyz once they are loaded."""
-    port = get_settings().worker_health_port
+    port = (_state.get("settings") or get_settings()).worker_health_port
     if not port or _state["server"] is not None:
         return
     queues = (options or {}).get("queues") or []
@@ -324,13 +316,10 @@ def _on_worker_ready(**_: Any) -> None:
     _state["consumer_ready"] = True
 
 
-def connect(app: Celery) -> None:
+def connect(settings: Settings) -> None:
     """Connect the handlers (idempotent)."""
-    del app
+    _state["settings"] = settings
     celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid="ocrfleet.mon.celeryd_init")
-    before_task_publish.connect(
-        _on_before_publish, weak=False, dispatch_uid="ocrfleet.mon.before_publish"
-    )
     worker_process_init.connect(_on_process_init, weak=False, dispatch_uid="ocrfleet.mon.init")
     task_prerun.connect(_on_prerun, weak=False, dispatch_uid="ocrfleet.mon.prerun")
     task_postrun.connect(_on_postrun, weak=False, dispatch_uid="ocrfleet.mon.postrun")

@@ -19,7 +19,7 @@ PRIORITIES: tuple[str, ...] = ("high", "normal")
 INGEST_TASK = "ocrfleet.ingest"
 PAGE_TASK = "ocrfleet.process_page"
 SWEEP_TASK = "ocrfleet.sweep"
-# Recovery sweeps (ocrfleet.scheduler.sweeps): every worker takes them before anything else.
+# Recovery sweeps (ocrfleet.tasks.sweeps): every worker takes them before anything else.
 SWEEP_QUEUE = "sweeps"
 WEBHOOK_TASK = "ocrfleet.webhook"
 # Webhook deliveries wait on tenants' receivers: a queue of their own, consumed by a worker

@@ -3,7 +3,7 @@
 It proves the devices are usable and the models run (one warm-up region through every
 recogniser and the scorer), and logs what the worker runs on: device name, free memory,
 dtype and model revision. Any failure is a StartupError with a clear message; the worker
-then refuses to start (tasks/signals.py exits with EX_CONFIG).
+then refuses to start (`ocrfleet.tasks.lifecycle` exits with EX_CONFIG).
 """
 
 from __future__ import annotations
@@ -14,39 +14,12 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from ocrfleet import ir
+from ocrfleet.tasks.devices import StartupError, device_report
 from ocrfleet.toolkit import Toolkit
 
 log = logging.getLogger(__name__)
 
 WARM_UP_TEXT = "Warm up 0123"
-
-
-class StartupError(RuntimeError):
-    """The worker cannot serve: a device is unusable or a model does not run."""
-
-
-def device_report(device: str) -> dict[str, Any]:
-    """Name and free memory of `device` ("cpu", "cuda", "cuda:N"); raises StartupError when
-    it is not usable in this process."""
-    if not device.startswith("cuda"):
-        return {"device": device, "device_name": "cpu"}
-    import torch
-
-    if not torch.cuda.is_available():
-        raise StartupError(f"device {device} is configured but CUDA is not available here")
-    index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
-    if index >= torch.cuda.device_count():
-        raise StartupError(
-            f"device {device} is configured but this process sees "
-            f"{torch.cuda.device_count()} CUDA device(s)"
-        )
-    free, total = torch.cuda.mem_get_info(index)
-    return {
-        "device": f"cuda:{index}",
-        "device_name": torch.cuda.get_device_name(index),
-        "free_mib": free // 2**20,
-        "total_mib": total // 2**20,
-    }
 
 
 def warm_up_page() -> tuple[Image.Image, ir.Region]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ocrfleet.scheduler.sweeps import SWEEPS, run_sweep
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.app import app
+from ocrfleet.tasks.sweeps import SWEEPS, run_sweep
 
 log = logging.getLogger(__name__)
 

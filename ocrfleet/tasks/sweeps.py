@@ -1,10 +1,10 @@
 """Recovery sweeps: find work the fleet lost track of and put it back. Run by Celery beat
-(`ocrfleet beat`, schedule in `ocrfleet.scheduler.schedule`), one beat per fleet.
+(`ocrfleet beat`, schedule in `ocrfleet.tasks.schedule`), one beat per fleet.
 
 - **orphans**: a worker's main process that dies by SIGKILL (OOM, host crash) leaves the
   messages it held in Redis' `unacked` hash, where kombu would restore them only after the
   visibility timeout (an hour by default). A message there that no live heartbeat claims
-  (`ocrfleet.scheduler.heartbeat`), and that is older than a few heartbeats, is put back
+  (`ocrfleet.tasks.heartbeat`), and that is older than a few heartbeats, is put back
   at the head of its queue, as kombu's own restore does, flagged redelivered. The page's
   delivery count lives in the database and is not reset, so a poison page still ends
   `failed`.
@@ -71,9 +71,9 @@ def _restore(conn: redis.Redis, tag: str) -> str | None:
         if raw:
             message, _exchange, routing_key = json.loads(raw)
             message.setdefault("headers", {})["redelivered"] = True
-            message.setdefault("properties", {}).setdefault("delivery_info", {})[
-                "redelivered"
-            ] = True
+            message.setdefault("properties", {}).setdefault("delivery_info", {})["redelivered"] = (
+                True
+            )
             priority = int(message["properties"].get("priority") or 0)
             key = _priority_list(routing_key, priority)
             pipe.rpush(key, json.dumps(message))  # BRPOP takes from the right: the head

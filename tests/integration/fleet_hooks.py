@@ -30,8 +30,7 @@ from celery.signals import task_postrun
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
-from ocrfleet.tasks.signals import page_started
-from ocrfleet.tasks.tasks import context
+from ocrfleet.tasks.lifecycle import context, page_started
 
 _armed: dict[str, str] = {}
 

@@ -15,16 +15,16 @@ from sqlalchemy import text
 
 from ocrfleet import client
 from ocrfleet.db.session import get_engine
-from ocrfleet.scheduler.beat import LOCK_KEY
-from ocrfleet.scheduler.sweeps import (
+from ocrfleet.service import Context
+from ocrfleet.service import ingest as ingest_in_process
+from ocrfleet.tasks.beat import LOCK_KEY
+from ocrfleet.tasks.sweeps import (
     expire_page_images,
     ingest_intake,
     message_refs,
     referenced,
     requeue_lost,
 )
-from ocrfleet.service import Context
-from ocrfleet.service import ingest as ingest_in_process
 from tests.conftest import free_port
 from tests.integration.fleet_helpers import (
     Workers,

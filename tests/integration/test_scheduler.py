@@ -19,7 +19,7 @@ from ocrfleet import client
 from ocrfleet.scheduler.signals import queue_signals, worker_signals
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.app import create_app
-from ocrfleet.workers.control import desired_key
+from ocrfleet.tasks.control import desired_key
 from tests.conftest import REPO, free_port
 from tests.integration.fleet_helpers import (
     Workers,

@@ -21,8 +21,8 @@ from ocrfleet import client
 from ocrfleet.api.app import NO_SOURCE
 from ocrfleet.config import Settings
 from ocrfleet.gc import collect_garbage
-from ocrfleet.scheduler.sweeps import ingest_intake
 from ocrfleet.storage import SourceRefused, read_uri
+from ocrfleet.tasks.sweeps import ingest_intake
 from tests.integration.conftest import env  # noqa: F401 - the fleet's fixture
 from tests.integration.fleet_helpers import (
     api_process,

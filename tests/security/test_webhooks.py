@@ -31,7 +31,7 @@ from ocrfleet.db.session import dispose_engines, session_scope
 from ocrfleet.outbound import address_allowed
 from ocrfleet.review.app import create_app as review_app
 from ocrfleet.tasks import routing
-from ocrfleet.workers.launcher import plan_children
+from ocrfleet.tasks.launcher import plan_children
 from tests.integration.fleet_helpers import (
     api_process,
     fleet_env,

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from ocrfleet.tasks import routing
-from ocrfleet.workers.devices import (
+from ocrfleet.tasks.devices import (
     Device,
     DeviceSpecError,
     discover_cuda,
@@ -15,7 +15,7 @@ from ocrfleet.workers.devices import (
     parse_nvidia_smi,
     thread_share,
 )
-from ocrfleet.workers.launcher import plan_children
+from ocrfleet.tasks.launcher import plan_children
 
 NVIDIA_SMI_L = """GPU 0: NVIDIA H200 (UUID: GPU-0c1e0d2a-3b4c-5d6e-7f80-91a2b3c4d5e6)
 GPU 1: NVIDIA H200 (UUID: GPU-1d2e3f40-5162-7384-95a6-b7c8d9e0f1a2)
@@ -134,7 +134,7 @@ def test_supervisor_gives_up_on_a_child_that_keeps_dying() -> None:
     launcher with a non-zero status instead of a restart loop forever."""
     import sys
 
-    from ocrfleet.workers.launcher import ChildSpec, Supervisor
+    from ocrfleet.tasks.launcher import ChildSpec, Supervisor
 
     crash = ChildSpec("cpu0", [sys.executable, "-c", "raise SystemExit(78)"], {})
     supervisor = Supervisor(

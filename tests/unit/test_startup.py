@@ -6,8 +6,9 @@ import pytest
 
 from ocrfleet.config import Settings
 from ocrfleet.engines import load_recognisers
+from ocrfleet.tasks.devices import StartupError, device_report
+from ocrfleet.tasks.startup import startup_check
 from ocrfleet.toolkit import load_toolkit
-from ocrfleet.workers.startup import StartupError, device_report, startup_check
 
 torch = pytest.importorskip("torch")
 
