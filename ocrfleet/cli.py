@@ -498,7 +498,8 @@ def _one_line(message: str, code: int) -> int:
 
 def _prepare_process() -> None:
     """Offline flags and caches into OCRFLEET_CACHE_DIR, and the log file there, before any
-    engine library loads. Invalid settings are reported by the command that reads them."""
+    engine library loads. Invalid settings are reported by the command that reads them; a
+    cache folder that cannot be written is a configuration error."""
     from pydantic import ValidationError
 
     from ocrfleet import offline
@@ -507,8 +508,14 @@ def _prepare_process() -> None:
         settings = get_settings()
     except ValidationError:
         return
-    root = offline.prepare(settings.cache_dir)
-    _log_to(root / LOG_NAME)
+    try:
+        root = offline.prepare(settings.cache_dir)
+        _log_to(root / LOG_NAME)
+    except OSError as exc:
+        raise errors.ConfigError(
+            f"OCRFLEET_CACHE_DIR={settings.cache_dir} is not a folder ocrfleet can write: "
+            f"{exc.strerror or exc}"
+        ) from None
 
 
 def _log_to(path: Path) -> None:

@@ -6,6 +6,10 @@ the CPU engine, so `ocrfleet run` works on a fresh machine with nothing else run
 
 from __future__ import annotations
 
+import difflib
+import os
+import sys
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -218,6 +222,39 @@ class Settings(BaseSettings):
     cache_dir: Path = Path("./ocrfleet-cache")
     orientation_min_confidence: float = Field(0.6, ge=0.0, le=1.0)
 
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str) -> str:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            backend = make_url(value).get_backend_name()
+        except ArgumentError:
+            backend = None
+        if backend not in ("sqlite", "postgresql", "postgres"):
+            raise ValueError(
+                "ocrfleet runs on SQLite or PostgreSQL: use sqlite:///PATH or "
+                "postgresql://USER@HOST/DATABASE"
+            )
+        return value
+
+    @field_validator("store_url")
+    @classmethod
+    def _supported_store(cls, value: str) -> str:
+        if not value.startswith(("file://", "s3://")):
+            raise ValueError("use file://./dir, file:///abs/dir or s3://bucket/prefix")
+        return value
+
+    @field_validator("broker_url", "result_backend")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        # The fleet needs Redis itself, not any Celery transport: priority sub-queues, the
+        # visibility timeout, the locks and heartbeats all live there.
+        if value is not None and not value.startswith(("redis://", "rediss://")):
+            raise ValueError("use redis://HOST:PORT/DB (or rediss:// for TLS)")
+        return value
+
     @field_validator("engines", "source_allow", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
@@ -252,7 +289,45 @@ class Settings(BaseSettings):
         return None if value is None else float(value)
 
 
+# OCRFLEET_* variables that are not settings: read by the tests and benches, never the fleet.
+NOT_SETTINGS = frozenset(
+    {"OCRFLEET_REALDOCS", "OCRFLEET_FUZZ_EXAMPLES", "OCRFLEET_TEST_REDIS", "OCRFLEET_TEST_PG_ADMIN"}
+)
+_warned: set[str] = set()
+
+
+def unknown_variables(names: Iterable[str]) -> list[tuple[str, str | None]]:
+    """(name, closest setting or None) for each OCRFLEET_* name that no setting reads: a
+    misspelled variable would otherwise be ignored without a word."""
+    prefix = Settings.model_config["env_prefix"]
+    fields = sorted(field.upper() for field in Settings.model_fields)
+    ignored = NOT_SETTINGS.union(prefix + field for field in fields)
+    unknown = []
+    for name in sorted(set(names)):
+        if name.upper().startswith(prefix) and name.upper() not in ignored:
+            close = difflib.get_close_matches(name.upper().removeprefix(prefix), fields, n=1)
+            unknown.append((name, prefix + close[0] if close else None))
+    return unknown
+
+
+def warn_unknown_variables(names: Iterable[str]) -> None:
+    """One line on stderr per unknown OCRFLEET_* name, the first time this process sees it."""
+    for name, close in unknown_variables(names):
+        if name in _warned:
+            continue
+        _warned.add(name)
+        hint = f" (did you mean {close}?)" if close else ""
+        print(f"warning: {name} is not an ocrfleet setting, ignored{hint}", file=sys.stderr)
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings; tests build their own `Settings(...)` instead."""
+    """The process-wide settings; tests build their own `Settings(...)` instead. Names the
+    OCRFLEET_* variables (environment or .env) that no setting reads."""
+    names = list(os.environ)
+    if Path(".env").is_file():
+        from dotenv import dotenv_values
+
+        names += [name for name in dotenv_values(".env") if name]
+    warn_unknown_variables(names)
     return Settings()

@@ -52,6 +52,7 @@ def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
 
 
 _SECRET_WORDS = ("SECRET", "PASSWORD", "AUTH", "TOKEN", "KEY")
+_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 
 
 def settings_error(exc: Any, prefix: str = "OCRFLEET_") -> str:
@@ -59,10 +60,12 @@ def settings_error(exc: Any, prefix: str = "OCRFLEET_") -> str:
     parts = []
     for error in exc.errors():
         name = prefix + "_".join(str(part) for part in error["loc"][:1]).upper()
-        value = error.get("input")
+        raw = error.get("input")
         secret = any(word in name for word in _SECRET_WORDS)  # never echo a secret back
-        shown = "" if isinstance(value, dict) or secret else f" (got {str(value)[:60]!r})"
-        parts.append(f"{name}: {error['msg']}{shown}")
+        value = _URL_PASSWORD.sub(r"\1***@", str(raw))  # nor a password in a URL
+        shown = "" if isinstance(raw, dict) or secret else f" (got {value[:60]!r})"
+        message = str(error["msg"]).removeprefix("Value error, ")  # a validator's own words
+        parts.append(f"{name}: {message}{shown}")
     return "; ".join(parts) or describe(exc)
 
 

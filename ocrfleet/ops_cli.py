@@ -293,11 +293,17 @@ def flower(
 ) -> None:
     """Flower for the fleet's app: workers, tasks, queue lengths, /metrics (all behind the
     credentials, /metrics and /healthcheck included)."""
+    import importlib.util
     import os
     import sys
 
     from ocrfleet.config import get_settings
 
+    if importlib.util.find_spec("flower") is None:
+        typer.echo(
+            "error: `ocrfleet flower` needs Flower: pip install 'ocrfleet[monitoring]'", err=True
+        )
+        raise typer.Exit(2)
     settings = get_settings()
     try:
         if not settings.broker_url:
