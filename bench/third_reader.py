@@ -3,11 +3,11 @@
 
     python bench/third_reader.py [--pages 6]
 
-Runs the page stages of `ocrfleet run` (detection, recognition by the configured engines,
-scoring against the scorer's policy) on the first real pages of bench/corpus.py, timing
-every re-reader's model calls inside scoring. Prints per page the units, their verdicts and
-the crops each re-reader read; the last lines read
-`re-reader share of page time: tesseract X.XX easyocr X.XX ...` and
+Runs the page path of `ocrfleet run` (`pipeline.page.process_image`: orientation,
+detection, recognition by the configured engines, scoring against the scorer's policy) on
+the first real pages of bench/corpus.py, timing every re-reader's model calls inside
+scoring. Prints per page the units, their verdicts and the crops each re-reader read;
+the last lines read `re-reader share of page time: tesseract X.XX easyocr X.XX ...` and
 `third reader asked for X of Y units scored`.
 """
 
@@ -25,10 +25,7 @@ sys.path.insert(0, str(REPO))
 from bench.corpus import real_pages  # noqa: E402
 from ocrfleet.config import Settings  # noqa: E402
 from ocrfleet.pipeline.images import load_image  # noqa: E402
-from ocrfleet.pipeline.recognise import recognise  # noqa: E402
-from ocrfleet.pipeline.regions import detect_regions  # noqa: E402
-from ocrfleet.pipeline.review import score_units  # noqa: E402
-from ocrfleet.scorers import load_policy  # noqa: E402
+from ocrfleet.pipeline.page import process_image  # noqa: E402
 from ocrfleet.toolkit import load_toolkit  # noqa: E402
 
 
@@ -60,7 +57,6 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings()
     toolkit = load_toolkit(settings)
-    policy = load_policy(settings)
     readers = [_Timed(r) for r in toolkit.scorer.features.readers]
     toolkit.scorer.features.readers = readers
     total = 0.0
@@ -69,9 +65,7 @@ def main() -> None:
         page = load_image(data)
         before = {r.name: r.crops for r in readers}
         started = time.perf_counter()
-        regions = detect_regions(page, toolkit.detector)
-        candidates = recognise(page, regions, toolkit.recognisers)
-        scores = score_units(page, regions, candidates, toolkit.scorer, policy)
+        scores = process_image(number, page, toolkit).result.scores
         total += time.perf_counter() - started
         counts = Counter(str(getattr(s.verdict, "value", s.verdict)) for s in scores)
         verdicts += counts

@@ -8,9 +8,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from ocrfleet.errors import ConfigError
 
-class CheckpointError(RuntimeError):
-    """A checkpoint folder cannot be used (missing path, missing files, wrong model)."""
+
+class CheckpointError(ConfigError):
+    """A checkpoint folder cannot be used (missing path, missing files, wrong model): a
+    configuration error (exit 2), named by its setting."""
 
 
 def checkpoint_folder(path: Path | None, variable: str) -> Path:

@@ -132,6 +132,7 @@ def run(
         ctx.rules  # noqa: B018  (a bad OCRFLEET_RULES file is a usage error, before any work)
     except RulesError as error:
         raise _usage_error(str(error)) from None
+    ctx.own_run_id  # noqa: B018  (computed and checked against a pin before any work)
 
     outcomes = []
     with console.status(f"splitting {len(inputs)} input(s)"):
@@ -184,7 +185,8 @@ def _print_summary(
     table = Table(title="ocrfleet run", title_justify="left")
     for column in ("document", "id", "pages", "regions", "flagged", "conf", "status"):
         table.add_column(
-            column, justify="left" if column in ("document", "status") else "right",
+            column,
+            justify="left" if column in ("document", "status") else "right",
             overflow="fold",
         )
     for name, row in zip(names, rows, strict=True):
@@ -387,6 +389,43 @@ def _thresholds_from_reviews(category: str | None, target: float, as_json: bool)
                 f"{p.proposed.precision:.3f} at target {p.target}); "
                 f"set OCRFLEET_THRESHOLD_{p.category.upper()}"
             )
+
+
+@app.command(name="run-id")
+def run_id(
+    as_json: Annotated[bool, typer.Option("--json", help="print id and parts as JSON")] = False,
+    register: Annotated[
+        bool, typer.Option("--register", help="record the run in OCRFLEET_DATABASE_URL")
+    ] = False,
+) -> None:
+    """Print the run these settings and model files make, and its parts, to pin it with
+    OCRFLEET_RUN_ID across images. --register records it, so that submitters pinned to it
+    can submit before any of its workers has started. Exit 2 if OCRFLEET_RUN_ID names
+    another run."""
+    from ocrfleet.db.session import session_scope
+    from ocrfleet.runs import check_pin, ensure_run, run_config, run_id_of
+
+    settings = get_settings()
+    config = run_config(settings)
+    identity = run_id_of(config)
+    if as_json:
+        typer.echo(json.dumps({"run_id": identity, "pinned": settings.run_id, "config": config}))
+    else:
+        typer.echo(identity)
+        for name, value in _leaves(config):
+            typer.echo(f"  {name}: {json.dumps(value, ensure_ascii=False)}")
+    check_pin(settings, identity)
+    if register:
+        with session_scope(settings.database_url) as session:
+            ensure_run(session, config)
+        console.print(f"run {identity} registered", markup=False)
+
+
+def _leaves(value: object, prefix: str = "") -> list[tuple[str, object]]:
+    """`a.b.c` names and values of a JSON object's leaves, in key order."""
+    if isinstance(value, dict) and value:
+        return [leaf for key in sorted(value) for leaf in _leaves(value[key], f"{prefix}{key}.")]
+    return [(prefix.rstrip("."), value)]
 
 
 @db_app.command("upgrade")

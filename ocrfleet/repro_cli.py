@@ -27,8 +27,9 @@ console = Console(stderr=True)
 
 
 def run_times(path: Path, settings: Settings, times: int) -> tuple[str, list[list[PageOutput]]]:
-    """The run_id and `times` outputs of `path`, each page through the whole page pipeline
-    with one set of loaded models (as a worker runs them), nothing written."""
+    """The run_id and `times` outputs of `path`, each page through the whole page path
+    (orientation included) with one set of loaded models (as a worker runs them), nothing
+    written."""
     from ocrfleet.pipeline.images import load_image
     from ocrfleet.pipeline.page import process_image
     from ocrfleet.pipeline.sandbox import split_document
@@ -45,9 +46,10 @@ def run_times(path: Path, settings: Settings, times: int) -> tuple[str, list[lis
         # Split under the budget, and read back from PNG as a worker reads a stored page.
         with split_document(data, settings, str(path)) as split:
             for page in split.pages():
-                image = load_image(page.png)
-                result = process_image(page.number, image, toolkit)
-                pages.append(PageOutput(page.number, image.size, result, output_sha256(result)))
+                processed = process_image(page.number, load_image(page.png), toolkit)
+                result = processed.result
+                size = processed.image.size  # upright, as a worker records it
+                pages.append(PageOutput(page.number, size, result, output_sha256(result)))
         outputs.append(pages)
     return run_id, outputs
 

@@ -12,7 +12,7 @@ import logging
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import case, select, update
 from sqlalchemy.orm import Session
@@ -28,10 +28,21 @@ from ocrfleet.errors import describe, is_transient
 from ocrfleet.pipeline.images import InputRejected, load_image
 from ocrfleet.pipeline.rules import RuleSet, load_rules
 from ocrfleet.pipeline.sandbox import Split, split_document
-from ocrfleet.runs import canonical_json, ensure_run, run_config
+from ocrfleet.runs import (
+    OtherRun,
+    canonical_json,
+    check_pin,
+    ensure_run,
+    registered,
+    run_config,
+    run_id_of,
+)
 from ocrfleet.storage import ObjectStore, StorageError, open_store, read_uri
 from ocrfleet.storage.local import display_uri, storable_uri
 from ocrfleet.toolkit import Toolkit, get_toolkit
+
+if TYPE_CHECKING:
+    from ocrfleet.pipeline.page import ProcessedPage
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +76,29 @@ class Context:
 
     @property
     def run_id(self) -> str:
+        """The run this process's documents go under: `OCRFLEET_RUN_ID` when pinned (it
+        must be registered; nothing is computed, so a process without the engines' files
+        can ingest), else this process's own run."""
         if self._run_id is None:
-            with self.session() as session:
-                run_id = ensure_run(session, self.run_config)
             pinned = self.settings.run_id
-            if pinned is not None and pinned != run_id:
-                raise RuntimeError(
-                    f"OCRFLEET_RUN_ID is {pinned}, but this process's settings and model "
-                    f"files make run {run_id}: fix the settings or the pin"
-                )
-            self._run_id = run_id
+            if pinned is None:
+                self._run_id = self.own_run_id
+            else:
+                with self.session() as session:
+                    registered(session, pinned)
+                self._run_id = pinned
         return self._run_id
+
+    @cached_property
+    def own_run_id(self) -> str:
+        """The run this process's settings and model files make, registered with its
+        configuration: what a process that reads pages works under. PinMismatch when
+        `OCRFLEET_RUN_ID` names another run (a worker refuses to start)."""
+        run_id = run_id_of(self.run_config)
+        check_pin(self.settings, run_id)
+        with self.session() as session:
+            ensure_run(session, self.run_config)
+        return run_id
 
 
 @dataclass(frozen=True)
@@ -263,8 +286,9 @@ def _outcome(session: Session, doc: models.Document, *, created: bool) -> Ingest
 
 
 def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
-    """OCR one page and commit all of it at once; a finished page is a no-op."""
-    from ocrfleet.pipeline.orient import upright
+    """OCR one page and commit all of it at once; a finished page is a no-op. A page of
+    another run than this process's raises OtherRun before any work: it is left for a
+    worker of that run."""
     from ocrfleet.pipeline.page import process_image
 
     with ctx.session() as session:
@@ -273,21 +297,19 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
             raise LookupError(f"page {page_id} does not exist")
         if page.status != ir.PageStatus.pending:
             return ir.PageStatus(page.status)
-        number, image_uri = page.number, page.image_uri
+        number, image_uri, document_id = page.number, page.image_uri, page.document_id
+        run_id = session.scalar(
+            select(models.Document.run_id).where(models.Document.id == document_id)
+        )
+    if run_id != ctx.own_run_id:
+        raise OtherRun(run_id, ctx.own_run_id)
 
     data = ctx.store.get(ctx.store.key_of(image_uri))
-    image = load_image(data)
-    toolkit = ctx.toolkit
-    image, orientation = upright(
-        image,
-        toolkit.orienter,
-        ctx.settings.orientation_min_confidence,
-        toolkit.line_detector,
-        toolkit.recognisers[0],
-    )
-    result = process_image(number, image, toolkit)
+    processed = process_image(number, load_image(data), ctx.toolkit)
+    result = processed.result
 
     with ctx.session() as session:
+        clear_waiting(session, document_id)
         save_page_result(session, page_id, result)
         if ctx.rules is not None:
             flag_page(session, page_id, result, ctx.rules)
@@ -297,7 +319,7 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
             ir.PageStatus.done,
             input_sha256=hashlib.sha256(data).hexdigest(),
             output_sha256=output_sha256(result),
-            params=page_params(ctx, image, orientation),
+            params=page_params(ctx, processed),
         )
         if finished is not None and ctx.rules is not None:
             flag_document(session, finished, ctx.rules)
@@ -311,17 +333,44 @@ def output_sha256(result: ir.PageResult) -> str:
     return hashlib.sha256(canonical_json(output).encode()).hexdigest()
 
 
-def page_params(ctx: Context, image: Any, orientation: ir.Orientation) -> dict[str, Any]:
+def page_params(ctx: Context, processed: ProcessedPage) -> dict[str, Any]:
     """The effective parameters of this page's processing, recorded beside its output: the
-    size it was read at (upright), the turn that made it upright and how it was detected."""
+    run, the size it was read at (upright), the turn that made it upright and how it was
+    detected."""
+    image = processed.image
     plan = ctx.toolkit.detector.plan(image.width, image.height)
     return {
-        "run_id": ctx.run_id,
+        "run_id": ctx.own_run_id,
         "width": image.width,
         "height": image.height,
-        "orientation": orientation.model_dump(mode="json"),
+        "orientation": processed.orientation.model_dump(mode="json"),
         "detection": plan.model_dump(mode="json"),
     }
+
+
+WAITING = "waiting for a worker of run "
+
+
+def wait_for_run(ctx: Context, document_id: int, run_id: str) -> None:
+    """Say on an unfinished document why it does not move: its work waits for a worker of
+    its run (`ocrfleet status` shows the reason). The first page of it that a worker of
+    that run finishes clears it (`clear_waiting`)."""
+    doc = models.Document
+    unfinished = (ir.DocumentStatus.pending, ir.DocumentStatus.processing)
+    with ctx.session() as session:
+        session.execute(
+            update(doc)
+            .where(doc.id == document_id, doc.status.in_(unfinished))
+            .where(doc.reason.is_(None) | doc.reason.startswith(WAITING))
+            .values(reason=f"{WAITING}{run_id[:12]}…")
+        )
+
+
+def clear_waiting(session: Session, document_id: int) -> None:
+    """Drop the `wait_for_run` reason: a worker of the document's run has its work."""
+    doc = models.Document
+    waiting = doc.reason.startswith(WAITING)
+    session.execute(update(doc).where(doc.id == document_id, waiting).values(reason=None))
 
 
 def run_page(ctx: Context, page_id: int) -> ir.PageStatus:

@@ -11,9 +11,17 @@ from typing import Any
 from ocrfleet.config import Settings
 from ocrfleet.engines.base import Detector, Recogniser
 
-__all__ = ["describe_engines", "load_detector", "load_recognisers"]
+__all__ = ["describe_engines", "engine_libraries", "load_detector", "load_recognisers"]
 
 KNOWN = "rapidocr, tesseract, easyocr, minicpm"
+# The Python libraries whose version can change each recogniser's output (for run_id):
+# tesseract is a binary (its version is the engine's), EasyOCR runs on onnxruntime.
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "rapidocr": ("onnxruntime", "rapidocr"),
+    "tesseract": (),
+    "easyocr": ("onnxruntime",),
+    "minicpm": ("torch", "transformers"),
+}
 
 
 def load_detector(settings: Settings) -> Detector:
@@ -35,9 +43,20 @@ def load_recognisers(settings: Settings) -> list[Recogniser]:
     return [_load_recogniser(name, settings) for name in settings.engines]
 
 
+def engine_libraries(settings: Settings) -> set[str]:
+    """The libraries the detector and the recognisers named in `settings.engines` use."""
+    names = {"onnxruntime", "rapidocr", *(["rapid-layout"] if settings.layout == "rapid" else [])}
+    for name in settings.engines:
+        if name not in LIBRARIES:
+            raise ValueError(f"unknown engine {name!r}; known: {KNOWN}")
+        names.update(LIBRARIES[name])
+    return names
+
+
 def describe_engines(settings: Settings) -> dict[str, Any]:
     """Names and versions of the detector and recognisers, without loading any model (for
-    run_id: a version changes when a model file, engine version or output parameter does)."""
+    run_id: a version changes when a model file, engine version or output parameter does),
+    and the per-call timeout, after which a reading is an error."""
     from ocrfleet.engines.rapidocr import detector_version
 
     detector = {"name": "rapidocr", "version": detector_version()}
@@ -48,6 +67,7 @@ def describe_engines(settings: Settings) -> dict[str, Any]:
     return {
         "detector": detector,
         "mode": settings.engine_mode,
+        "timeout_s": settings.engine_timeout_s,
         "recognisers": [
             {"name": name, "version": _recogniser_version(name, settings)}
             for name in settings.engines

@@ -1,12 +1,16 @@
-"""One page through every stage: regions → candidates → scores → decisions.
+"""One page through every stage: orientation → regions → candidates → scores → decisions.
 
-The same function runs in `ocrfleet run` and in the fleet's `process_page` task."""
+The one page path: the fleet's `process_page` task, `ocrfleet run`, `ocrfleet repro` and
+the benches all call `process_image`, so a page is read the same way wherever it runs."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from PIL import Image
 
 from ocrfleet import ir
+from ocrfleet.pipeline.orient import upright
 from ocrfleet.pipeline.recognise import recognise
 from ocrfleet.pipeline.regions import detect_regions
 from ocrfleet.pipeline.review import decide, score_units
@@ -14,8 +18,25 @@ from ocrfleet.scorers import load_policy
 from ocrfleet.toolkit import Toolkit
 
 
-def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ir.PageResult:
+@dataclass(frozen=True)
+class ProcessedPage:
+    """A page's result, and the upright image it was read on (the result's regions are in
+    its pixels) with the turn that made it upright."""
+
+    result: ir.PageResult
+    image: Image.Image
+    orientation: ir.Orientation
+
+
+def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ProcessedPage:
     settings = toolkit.settings
+    image, orientation = upright(
+        image,
+        toolkit.orienter,
+        settings.orientation_min_confidence,
+        toolkit.line_detector,
+        toolkit.recognisers[0],
+    )
     regions = detect_regions(image, toolkit.detector)
     candidates = recognise(
         image,
@@ -27,10 +48,11 @@ def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ir.
     policy = load_policy(settings)
     scores = score_units(image, regions, candidates, toolkit.scorer, policy)
     decisions = decide(regions, candidates, scores, settings, policy)
-    return ir.PageResult(
+    result = ir.PageResult(
         page_number=page_number,
         regions=regions,
         candidates=candidates,
         scores=scores,
         decisions=decisions,
     )
+    return ProcessedPage(result=result, image=image, orientation=orientation)

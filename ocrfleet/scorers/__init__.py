@@ -60,13 +60,34 @@ def load_policy(settings: Settings) -> Policy:
     return policy(settings)
 
 
+def scorer_libraries(settings: Settings) -> set[str]:
+    """The libraries the configured scorer uses: jev's model runs on torch and
+    transformers (its renderer's libraries are in the renderer's version); the consensus
+    scorer's are its re-readers'."""
+    if settings.scorer == "jev":
+        return {"torch", "transformers"}
+    from ocrfleet.engines import engine_libraries
+
+    return engine_libraries(_reader_settings(settings))
+
+
 def describe_scorer(settings: Settings) -> dict[str, Any]:
-    """Everything about the scorer that changes scores, without loading a model."""
+    """Everything about the scorer that changes scores, without loading a model: the
+    shared precheck's limits (a unit over one is `precheck_failed`, never scored) too."""
+    precheck = {
+        "min_side_px": settings.precheck_min_side_px,
+        "max_text_chars": settings.precheck_max_text_chars,
+    }
     if settings.scorer == "jev":
         from ocrfleet.scorers.render import renderer_version
 
         render_version = renderer_version(settings.render_font_path)
-        return {"name": "jev", "renderer": render_version, **_describe_jev(settings)}
+        return {
+            "name": "jev",
+            "renderer": render_version,
+            "precheck": precheck,
+            **_describe_jev(settings),
+        }
 
     from ocrfleet.engines import describe_engines
     from ocrfleet.scorers.consensus import NAME, WEIGHTS_PATH, load_calibration, scorer_version
@@ -79,16 +100,19 @@ def describe_scorer(settings: Settings) -> dict[str, Any]:
         "version": scorer_version(weights, readers),
         "weights_sha256": weights,
         "second_readers": dict(readers),
+        "precheck": precheck,
     }
 
 
 def _describe_jev(settings: Settings) -> dict[str, Any]:
+    """The checkpoint by content, not by where a pod mounts it: a missing folder is a
+    CheckpointError here too, never a run without the model's hash."""
+    from ocrfleet.checkpoints import checkpoint_folder
     from ocrfleet.scorers.jev import _prompt_sha256
 
-    path = settings.jev_model_path
+    folder = checkpoint_folder(settings.jev_model_path, "OCRFLEET_JEV_MODEL_PATH")
     return {
-        "model_path": None if path is None else str(path),
-        "model_sha256": None if path is None else _jev_folder_hash(Path(path)),
+        "model_sha256": _jev_folder_hash(folder),
         "prompt_sha256": _prompt_sha256()[:16],
         "dtype": settings.jev_dtype,
         "batch_size": settings.jev_batch_size,
@@ -97,7 +121,7 @@ def _describe_jev(settings: Settings) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=4)
-def _jev_folder_hash(path: Path) -> str | None:
+def _jev_folder_hash(path: Path) -> str:
     from ocrfleet.scorers.jev import _folder_sha256
 
-    return _folder_sha256(path)[:16] if path.is_dir() else None
+    return _folder_sha256(path)[:16]

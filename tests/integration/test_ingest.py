@@ -13,6 +13,7 @@ from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import session_scope
+from ocrfleet.runs import PinMismatch, RunConfigError
 from ocrfleet.service import Context, IngestOutcome, ingest, process_page
 from tests.fixtures.badinputs import BadInput, cases, pdf_bytes
 
@@ -110,5 +111,15 @@ def test_a_pinned_run_needs_no_engine_files_and_must_match(
     with session_scope(pg_url) as session:
         assert session.get(models.Document, document_id).run_id == registered
 
-    with pytest.raises(RuntimeError, match="OCRFLEET_RUN_ID"):
-        Context(fleet.model_copy(update={"run_id": "f" * 64, "dpi": 150})).run_id  # noqa: B018
+    # An ingest process pinned to the run needs none of the engines' files to work under it.
+    no_models = submitter.model_copy(update={"engines": ["minicpm"], "minicpm_model_path": None})
+    assert Context(no_models).run_id == registered
+    with pytest.raises(RunConfigError, match="OCRFLEET_MINICPM_MODEL_PATH.*OCRFLEET_RUN_ID"):
+        Context(no_models.model_copy(update={"run_id": None})).run_id  # noqa: B018
+    # A process that reads pages computes its run and refuses a pin it does not match.
+    wrong = fleet.model_copy(update={"run_id": registered, "dpi": 150})
+    assert Context(wrong).run_id == registered
+    with pytest.raises(PinMismatch, match="OCRFLEET_RUN_ID"):
+        Context(wrong).own_run_id  # noqa: B018
+    with pytest.raises(RunConfigError, match="is not registered"):
+        Context(fleet.model_copy(update={"run_id": "f" * 64})).run_id  # noqa: B018
