@@ -141,6 +141,9 @@ class Settings(BaseSettings):
         5.0, ge=0, description="scale to the minimum after idle for this many model load times"
     )
     scale_min_idle_s: float = Field(60.0, ge=0, description="and for at least this long")
+    scale_rate_window_s: float = Field(
+        300.0, gt=0, description="a worker's rate: units finished per busy second over this long"
+    )
     scale_prewarm: str = Field(
         "", description="pre-warm windows 'CRON=MINUTES:WORKERS;...', e.g. '0 8 * * 1-5=60:4'"
     )

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 scheduler_app = typer.Typer(
     no_args_is_help=False,
     invoke_without_command=True,
-    help="Autoscale the fleet: read the signals, decide, act (see `explain`).",
+    help="Autoscale the fleet: read the signals, decide, act (see `explain`). Without "
+    "--actuator it only reports what it would set.",
 )
 
 ACTUATORS = ("local", "celery", "kubernetes")
@@ -54,15 +55,19 @@ def scheduler(
     ctx: typer.Context,
     actuator: Annotated[
         list[str] | None,
-        typer.Option(help="local (device launchers), celery (ingest pools), kubernetes (metrics)"),
+        typer.Option(
+            help="local (device launchers), celery (ingest pools), kubernetes (metrics); "
+            "repeat for several",
+            show_default="none: report what it would set, change nothing",
+        ),
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="print what the policy would set; change nothing")
+        bool, typer.Option("--dry-run", help="log what the actuators would set; change nothing")
     ] = False,
     once: Annotated[bool, typer.Option(help="one tick, then exit")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print decisions as JSON")] = False,
 ) -> None:
-    """Run the scheduler loop (or one `--dry-run` tick)."""
+    """Run the scheduler loop (or one tick with `--once`; `--dry-run` ticks once too)."""
     if ctx.invoked_subcommand is not None:
         return
     from prometheus_client import start_http_server
@@ -75,7 +80,7 @@ def scheduler(
     )
     settings = get_settings()
     try:
-        actuators = _actuators(actuator or ["local", "celery"], settings)
+        actuators = _actuators(actuator or [], settings)
         loop = Scheduler(settings, actuators, dry_run=dry_run)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -84,9 +89,9 @@ def scheduler(
         _snapshot, decisions = loop.tick()
         for decision in decisions:
             if as_json:
-                typer.echo(json.dumps(_decision_dict(decision, dry_run), default=str))
+                typer.echo(json.dumps(_decision_dict(decision, loop.dry_run), default=str))
             else:
-                verb = "would set" if dry_run else "set"
+                verb = "would set" if loop.dry_run else "set"
                 typer.echo(
                     f"{decision.role}: {verb} {decision.desired} (now {decision.current}): "
                     f"{decision.reason}; inputs {json.dumps(decision.inputs, default=str)}"

@@ -1,4 +1,5 @@
-"""Where a scaling decision goes. One interface, three ways to change a pool's size.
+"""Where a scaling decision goes. One interface, three ways to change a pool's size, and
+one that changes nothing (the default: `ocrfleet scheduler` without `--actuator` reports).
 
 - `local`: the scheduler writes each `ocrfleet worker --scaled` launcher's share of the
   desired device workers to its control channel (`ocrfleet.tasks.control`).
@@ -7,6 +8,7 @@
 - `kubernetes`: nothing is changed here; the desired count is exported as a Prometheus
   metric (`ocrfleet_scheduler_desired_workers`) that KEDA scales the Deployment on
   (infra/kubernetes/keda.yaml).
+- `ReportOnly`: the decisions are recorded and exported, and nothing is changed.
 """
 
 from __future__ import annotations
@@ -136,3 +138,21 @@ class MetricsOnlyActuator:
 
     def apply(self, desired: int) -> None:
         self._desired = desired
+
+
+class ReportOnly:
+    """No actuator: what the policy would set, reported and never applied."""
+
+    name = "none"
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+
+    def capacity(self) -> int | None:
+        return None
+
+    def current(self) -> int | None:
+        return None
+
+    def apply(self, desired: int) -> None:
+        del desired

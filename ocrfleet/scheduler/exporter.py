@@ -21,7 +21,14 @@ OLDEST = Gauge(
     "ocrfleet_oldest_page_age_seconds", "Age of the oldest unfinished document", ["priority"]
 )
 PAGES = Gauge("ocrfleet_pages", "Pages by status", ["status"])
-WORKER_RATE = Gauge("ocrfleet_worker_pages_per_second", "Moving average while busy", ["worker"])
+WORKER_RATE = Gauge(
+    "ocrfleet_scheduler_worker_rate",
+    "Units (pages, documents) one busy worker finishes per second, over the rate window",
+    ["role"],
+)
+ARRIVALS = Gauge(
+    "ocrfleet_scheduler_arrival_rate", "Units arriving per second, as the policy expects", ["role"]
+)
 WORKER_LOAD = Gauge("ocrfleet_worker_model_load_seconds", "Measured at worker start", ["worker"])
 
 
@@ -29,6 +36,8 @@ def record(decision: Decision, actual: int) -> None:
     DESIRED.labels(decision.role).set(decision.desired)
     ACTUAL.labels(decision.role).set(actual)
     BACKLOG.labels(decision.role).set(sum(decision.inputs.get("backlog", {}).values()))
+    WORKER_RATE.labels(decision.role).set(decision.inputs.get("rate", 0.0))
+    ARRIVALS.labels(decision.role).set(decision.inputs.get("arrival_rate", 0.0))
 
 
 def observe(snapshot: Snapshot) -> None:
@@ -39,10 +48,7 @@ def observe(snapshot: Snapshot) -> None:
         OLDEST.labels(priority).set(age or 0.0)
     for status, count in snapshot.pages.items():
         PAGES.labels(status).set(count)
-    WORKER_RATE.clear()
     WORKER_LOAD.clear()
     for worker in snapshot.workers:
-        if worker.rate is not None:
-            WORKER_RATE.labels(worker.hostname).set(worker.rate)
         if worker.load_s is not None:
             WORKER_LOAD.labels(worker.hostname).set(worker.load_s)

@@ -1,9 +1,11 @@
 """`ocrfleet scheduler`: read the signals, decide, record, act, export; every tick.
 
 Each pool (device workers `gpu`, CPU `ingest` pools) has its own policy state and
-actuator. Every decision is stored in `scaling_decisions` with the inputs it was made on,
-applied or not (`--dry-run`), so `ocrfleet scheduler explain` can say afterwards why the
-fleet had the size it had. The desired and actual sizes, backlog and page ages are also
+actuator. Without actuators the scheduler only reports: it decides for both pools as if
+the pools were the workers heartbeating now, and changes nothing. Every decision is stored
+in `scaling_decisions` with the inputs it was made on, applied or not (`--dry-run`, or no
+actuator), so `ocrfleet scheduler explain` can say afterwards why the fleet had the size
+it had. The desired and actual sizes, backlog, page ages and the measured rates are also
 exported as Prometheus metrics (the Kubernetes actuator is nothing more than that).
 """
 
@@ -23,7 +25,7 @@ from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
 from ocrfleet.scheduler import exporter
-from ocrfleet.scheduler.actuators import Actuator
+from ocrfleet.scheduler.actuators import Actuator, ReportOnly
 from ocrfleet.scheduler.policy import Decision, PoolState, decide, demand_of, pool_params
 from ocrfleet.scheduler.signals import Snapshot, read_snapshot
 
@@ -42,8 +44,8 @@ class Scheduler:
         if not settings.broker_url:
             raise ValueError("OCRFLEET_BROKER_URL is not set: the scheduler reads the queues")
         self.settings = settings
-        self.actuators = list(actuators)
-        self.dry_run = dry_run
+        self.actuators = list(actuators) or [ReportOnly("gpu"), ReportOnly("ingest")]
+        self.dry_run = dry_run or not actuators
         self.conn = conn or redis.Redis.from_url(
             settings.broker_url, socket_timeout=10, socket_connect_timeout=5
         )
@@ -61,6 +63,9 @@ class Scheduler:
             cap = actuator.capacity() if role == "gpu" else None
             params = pool_params(self.settings, role, device_cap=cap)
             state = self.states[role]
+            live = len(snapshot.live(role))
+            if isinstance(actuator, ReportOnly):  # the pool is what heartbeats now
+                state = replace(state, target=live)
             decision, new_state = decide(demand_of(snapshot, role), state, params, now)
             if self.dry_run:
                 new_state = replace(new_state, target=state.target)
@@ -68,11 +73,17 @@ class Scheduler:
                 actuator.apply(decision.desired)
             self.states[role] = new_state
             self._record(decision, actuator.name)
-            exporter.record(decision, actual=len(snapshot.live(role)))
+            exporter.record(decision, actual=live)
             decisions.append(decision)
             if decision.direction:
+                verb = "would set" if self.dry_run else "set"
                 log.info(
-                    "%s: %d -> %d (%s)", role, decision.current, decision.desired, decision.reason
+                    "%s: %s %d (now %d): %s",
+                    role,
+                    verb,
+                    decision.desired,
+                    decision.current,
+                    decision.reason,
                 )
         exporter.observe(snapshot)
         return snapshot, decisions

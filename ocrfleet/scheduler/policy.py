@@ -6,16 +6,21 @@ reaches `target_fraction` of its SLO (and in any case before the SLO itself); a 
 worker holds one page of the backlog already. A worker added now only helps after its
 start-up time (its measured model load), so additions are sized on the time left after
 start-up, and the running ones are counted for the whole period.
-In steady state the pool is the arrival rate (averaged over about the normal SLO) over a
-worker's rate, with no extra headroom: queueing is what the backlog terms size for.
+In steady state the pool is the arrival rate over a worker's rate, with no extra
+headroom: queueing is what the backlog terms size for. Both rates are measured over
+windows of time (`ocrfleet.scheduler.rates`): a worker's from the units finished per busy
+worker-second, the arrivals' as the smaller of a short and a long window's average.
 
 Shape of the response: up at once, to the full size needed (one step per spike); down
 slowly, one quarter of the pool at a time, only when the smaller pool keeps `hysteresis`
 spare capacity over the largest need of the last cooldown, and only a cooldown after the
 last change (`down_cooldown_s`, never under `idle_loads` start-ups), so a pool does not
-flap. To the minimum (zero for device pools) only after the pool has been idle
-for several model load times: restarting costs a model load. Pre-warm windows (cron) raise
-the minimum before known peaks. Never more device workers than devices.
+flap. To the minimum (zero for device pools) once nothing has arrived and nothing waited
+or ran for `idle_wait_s` (`idle_loads` start-ups, at least `min_idle_s`): restarting costs
+a model load, and an idle pool pays that much again within a few load times. So after the
+last page of a burst finishes, the pool is at its minimum within `idle_wait_s` plus two
+ticks. Pre-warm windows (cron) raise the minimum before known peaks. Never more device
+workers than devices.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ocrfleet.scheduler.rates import History, Sample
 from ocrfleet.scheduler.signals import Snapshot
 from ocrfleet.tasks import routing
 
-IDLE_RATE = 1e-3  # arrivals/s below this count as none
+# Until ingest workers have split documents: documents/s of one pool process, start-up s.
+INGEST_DEFAULT_RATE = 1.0
+INGEST_DEFAULT_STARTUP_S = 2.0
 
 
 # -- cron windows ------------------------------------------------------------------------
@@ -121,7 +129,9 @@ class PoolParams:
     default_startup_s: float
     device_cap: int | None = None
     target_fraction: float = 1.0
-    arrival_tau_s: float | None = None  # moving-average window; None: the normal SLO
+    arrival_tau_s: float | None = None  # long arrival window; None: the normal SLO
+    arrival_short_s: float = 60.0  # short arrival window
+    rate_window_s: float = 300.0  # a worker's rate: units finished per busy second in it
     hysteresis: float = 0.2  # spare capacity a smaller pool must keep over the recent need
     down_step: float = 0.25  # fraction of the pool removed per scale-down
     down_cooldown_s: float = 120.0
@@ -136,6 +146,16 @@ class PoolParams:
             return max(0, self.max_workers)
         return max(0, min(self.max_workers, self.device_cap))
 
+    def idle_wait_s(self, startup_s: float) -> float:
+        """How long a pool stays idle before it goes to its minimum."""
+        return max(self.min_idle_s, self.idle_loads * startup_s)
+
+    @property
+    def keep_s(self) -> float:
+        """History the rates need."""
+        tau = self.arrival_tau_s or self.slo_s["normal"]
+        return max(tau, self.arrival_short_s, 4 * self.rate_window_s)
+
 
 @dataclass(frozen=True)
 class PoolState:
@@ -146,9 +166,8 @@ class PoolState:
     direction: int = 0  # +1 up, -1 down, of the last change
     flips: int = 0  # direction reversals so far
     idle_since: float | None = None
-    arrival_rate: float | None = None
-    pages_total: int | None = None
-    seen_at: float | None = None
+    history: History = History()
+    rate: float | None = None  # the last measured rate of one worker
     needs: tuple[tuple[float, float], ...] = ()  # (time, need) over the stabilisation window
 
 
@@ -159,9 +178,10 @@ class Demand:
     backlog: dict[str, int]  # priority -> units waiting or in flight
     oldest_age_s: dict[str, float | None]
     live: int
-    rate: float | None  # measured units/s of one worker (median of the live ones)
     startup_s: float | None  # measured start-up of one worker
     arrivals_total: int  # monotone count of units ever created
+    done_total: int  # monotone count of units workers finished
+    running: int  # units a worker is running now
 
 
 @dataclass(frozen=True)
@@ -198,33 +218,24 @@ def demand_of(snapshot: Snapshot, role: str) -> Demand:
         backlog["normal"] = backlog.get("normal", 0) + max(0, queued - sum(backlog.values()))
         # A document not split yet has at least one page coming.
         backlog["normal"] += snapshot.pending_documents
-        arrivals = snapshot.pages_total
+        arrivals, done, task = snapshot.pages_total, snapshot.pages_finished, routing.PAGE_TASK
     else:
         q = snapshot.queues
         backlog = {
             "high": q[high].waiting + q[high].unacked if high in q else 0,
             "normal": q[normal].waiting + q[normal].unacked if normal in q else 0,
         }
-        arrivals = 0
+        arrivals, done = snapshot.documents_total, snapshot.documents_split
+        task = routing.INGEST_TASK
     return Demand(
         backlog=backlog,
         oldest_age_s=dict(snapshot.oldest_age_s),
         live=len(workers),
-        rate=_median([w.rate for w in workers if w.rate]),
         startup_s=_median([w.load_s for w in workers if w.load_s]),
         arrivals_total=arrivals,
+        done_total=done,
+        running=snapshot.running(task),
     )
-
-
-def _arrival_rate(state: PoolState, demand: Demand, now: float, tau_s: float) -> float | None:
-    if state.pages_total is None or state.seen_at is None or now <= state.seen_at:
-        return state.arrival_rate
-    elapsed = now - state.seen_at
-    sample = max(0, demand.arrivals_total - state.pages_total) / elapsed
-    if state.arrival_rate is None:
-        return sample
-    alpha = 1.0 - math.exp(-elapsed / tau_s)
-    return alpha * sample + (1 - alpha) * state.arrival_rate
 
 
 def needed_capacity(
@@ -251,30 +262,28 @@ def needed_workers(
     return max(1, math.ceil(need - 1e-9)) if need > 0 else 0
 
 
-def decide(
-    snapshot_demand: Demand, state: PoolState, params: PoolParams, now: float
-) -> tuple[Decision, PoolState]:
-    """The pool size to set now, why, and the state to keep for the next tick."""
-    demand = snapshot_demand
-    rate = demand.rate or params.default_rate
-    startup = demand.startup_s if demand.startup_s is not None else params.default_startup_s
-    # Bursts shorter than the normal SLO are the queue's to absorb (the backlog terms below
-    # see them at once), so the arrival rate is averaged over about that long.
-    tau = params.arrival_tau_s or params.slo_s["normal"]
-    measured = _arrival_rate(state, demand, now, tau)
-    arrivals = measured or 0.0
-    current = state.target
-    floor = params.min_workers
-    for window in params.prewarm:
-        if window.active(now):
-            floor = max(floor, window.workers)
-    ceiling = params.ceiling
-    floor = min(floor, ceiling)
+@dataclass(frozen=True)
+class Need:
+    """Workers (fractional) a pool needs, which term set it, and each priority's deadline."""
 
+    workers: float
+    binding: str
+    deadlines: dict[str, float]
+
+    @property
+    def whole(self) -> int:
+        return max(1, math.ceil(self.workers - 1e-9)) if self.workers > 0 else 0
+
+
+def need_of(
+    demand: Demand, params: PoolParams, arrivals: float, rate: float, startup: float, running: int
+) -> Need:
+    """What `demand` needs at `arrivals` units/s and `rate` units/s per worker, with
+    `running` workers on it now."""
     # Per priority: high preempts normal, so normal's deadline covers both backlogs.
     # Arrivals of a priority are not measured apart: high gets the share it has of the
     # backlog, normal (which waits behind high anyway) all of them.
-    need_f, binding, cumulative = 0.0, "", 0.0
+    need, binding, cumulative = 0.0, "", 0.0
     deadlines = {}
     backlog_total = sum(demand.backlog.values())
     for priority in ("high", "normal"):
@@ -286,15 +295,41 @@ def decide(
         if cumulative <= 0:
             continue
         share = 1.0 if priority == "normal" else cumulative / backlog_total
-        n = needed_capacity(cumulative, arrivals * share, rate, deadline, current, startup)
-        if n > need_f:
-            need_f, binding = n, priority
+        n = needed_capacity(cumulative, arrivals * share, rate, deadline, running, startup)
+        if n > need:
+            need, binding = n, priority
     # The arrival rate itself, with no headroom: queueing is what the backlog terms above
     # (sized on each priority's SLO) are for.
-    steady = arrivals / rate if arrivals > IDLE_RATE else 0.0
-    if steady > need_f:
-        need_f, binding = steady, "arrivals"
-    need = max(1, math.ceil(need_f - 1e-9)) if need_f > 0 else 0
+    steady = arrivals / rate
+    if steady > need:
+        need, binding = steady, "arrivals"
+    return Need(need, binding, deadlines)
+
+
+def decide(
+    snapshot_demand: Demand, state: PoolState, params: PoolParams, now: float
+) -> tuple[Decision, PoolState]:
+    """The pool size to set now, why, and the state to keep for the next tick."""
+    demand = snapshot_demand
+    startup = demand.startup_s if demand.startup_s is not None else params.default_startup_s
+    sample = Sample(now, demand.arrivals_total, demand.done_total, demand.running)
+    history = state.history.add(sample, params.keep_s)
+    measured = history.worker_rate(params.rate_window_s) or state.rate
+    rate = measured or params.default_rate
+    # Bursts shorter than the normal SLO are the queue's to absorb (the backlog terms see
+    # them at once), so the long window is about that long.
+    tau = params.arrival_tau_s or params.slo_s["normal"]
+    arrivals = history.arrival_rate(params.arrival_short_s, tau)
+    current = state.target
+    floor = params.min_workers
+    for window in params.prewarm:
+        if window.active(now):
+            floor = max(floor, window.workers)
+    ceiling = params.ceiling
+    floor = min(floor, ceiling)
+
+    need_of_now = need_of(demand, params, arrivals, rate, startup, current)
+    need_f, need = need_of_now.workers, need_of_now.whole
 
     # Scale-down follows the largest need of the last cooldown (a stabilisation window, as
     # Kubernetes' HPA does), so one quiet tick between bursts removes nothing, and keeps
@@ -308,21 +343,25 @@ def decide(
     recent_need = max(n for _, n in needs)
     keep_need = math.ceil(recent_need * (1 + params.hysteresis) - 1e-9)
 
-    idle = backlog_total == 0 and arrivals <= IDLE_RATE
+    # Idle: nothing waits or runs, and nothing arrived since the last tick.
+    backlog_total = sum(demand.backlog.values())
+    previous = history.samples[-2] if len(history.samples) > 1 else sample
+    idle = backlog_total == 0 and demand.arrivals_total == previous.arrivals
     idle_since = (state.idle_since if state.idle_since is not None else now) if idle else None
     idle_for = 0.0 if idle_since is None else now - idle_since
-    idle_needed = max(params.min_idle_s, params.idle_loads * startup)
+    idle_wait = params.idle_wait_s(startup)
 
     inputs = {
         "backlog": dict(demand.backlog),
         "oldest_age_s": dict(demand.oldest_age_s),
         "live": demand.live,
+        "running": demand.running,
         "rate": rate,
-        "rate_measured": demand.rate is not None,
+        "rate_measured": measured is not None,
         "startup_s": startup,
         "startup_measured": demand.startup_s is not None,
         "arrival_rate": arrivals,
-        "deadline_s": deadlines,
+        "deadline_s": need_of_now.deadlines,
         "need": need,
         "need_exact": round(need_f, 3),
         "recent_need": round(recent_need, 3),
@@ -330,17 +369,18 @@ def decide(
         "floor": floor,
         "ceiling": ceiling,
         "idle_for_s": idle_for,
+        "idle_wait_s": idle_wait,
     }
 
     cooled = now - state.changed_at >= cooldown
     desired, reason = current, "hold"
     if need > current:
         desired = min(need, ceiling)
-        reason = f"up: {binding} needs {need} worker(s)" + (
+        reason = f"up: {need_of_now.binding} needs {need} worker(s)" + (
             f", capped at {ceiling}" if need > ceiling else ""
         )
-    elif current > floor and idle and idle_for >= idle_needed and cooled:
-        desired, reason = floor, f"idle {idle_for:.0f}s >= {idle_needed:.0f}s: to the minimum"
+    elif current > floor and idle and idle_for >= idle_wait:
+        desired, reason = floor, f"idle {idle_for:.0f}s >= {idle_wait:.0f}s: to the minimum"
     elif current > max(floor, 1):
         # Down only when the pool is clearly too big (`hysteresis`), a step at a time, and
         # one worker stays warm until the pool has been idle long enough.
@@ -366,9 +406,8 @@ def decide(
         direction=direction or state.direction,
         flips=flips,
         idle_since=idle_since,
-        arrival_rate=measured,  # None until two ticks measured it: the first one seeds it
-        pages_total=demand.arrivals_total,
-        seen_at=now,
+        history=history,
+        rate=measured,
         needs=needs,
     )
     return Decision(params.role, now, current, desired, reason, inputs), new_state
@@ -376,17 +415,20 @@ def decide(
 
 def pool_params(settings: Any, role: str, device_cap: int | None = None) -> PoolParams:
     """A pool's parameters from the settings."""
+    gpu = role == "gpu"
     return PoolParams(
         role=role,
         min_workers=getattr(settings, f"scale_min_{role}"),
         max_workers=getattr(settings, f"scale_max_{role}"),
         slo_s={"high": settings.slo_high_s, "normal": settings.slo_normal_s},
-        default_rate=settings.scale_default_rate if role == "gpu" else 1.0,
-        default_startup_s=settings.scale_default_startup_s if role == "gpu" else 2.0,
+        default_rate=settings.scale_default_rate if gpu else INGEST_DEFAULT_RATE,
+        default_startup_s=settings.scale_default_startup_s if gpu else INGEST_DEFAULT_STARTUP_S,
         device_cap=device_cap,
+        arrival_short_s=max(60.0, 6 * settings.scale_interval_s),
+        rate_window_s=settings.scale_rate_window_s,
         down_cooldown_s=settings.scale_down_cooldown_s,
         idle_loads=settings.scale_idle_loads,
         min_idle_s=settings.scale_min_idle_s,
         interval_s=settings.scale_interval_s,
-        prewarm=parse_prewarm(settings.scale_prewarm) if role == "gpu" else (),
+        prewarm=parse_prewarm(settings.scale_prewarm) if gpu else (),
     )

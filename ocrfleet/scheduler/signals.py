@@ -6,8 +6,10 @@ message a worker has taken but not acknowledged (acks_late) sits in the `unacked
 (delivery tag -> [message, exchange, routing key]) until the task ends. A busy fleet
 therefore shows empty lists; the unacked hash is the work in flight.
 
-Page ages and counts come from the database; worker liveness, throughput and model load
-time from the heartbeats the workers write (`ocrfleet.tasks.heartbeat`).
+Page ages and counts, and the units finished so far (pages read, documents split), come
+from the database; worker liveness, what each worker runs now and its model load time from
+the heartbeats the workers write (`ocrfleet.tasks.heartbeat`). Rates are the policy's to
+measure from these, over windows of ticks (`ocrfleet.scheduler.rates`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from typing import Any
 
 import redis
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 
+from ocrfleet import states
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
+from ocrfleet.ir import DocumentStatus, PageStatus
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.heartbeat import READY_PREFIX, WORKER_PREFIX
 
@@ -49,7 +53,6 @@ class WorkerSignal(_Frozen):
     hostname: str
     queues: list[str]
     age_s: float  # since the last heartbeat
-    rate: float | None  # pages/s while busy, moving average; None until it finished one
     load_s: float | None  # model load time its pool process measured
     busy: bool
     held: list[dict[str, Any]] = []
@@ -67,6 +70,9 @@ class Snapshot(_Frozen):
     pages: dict[str, int]  # page status -> count
     pages_total: int  # every page ever made: its increase is the arrival rate
     pending_documents: int  # submitted, not split yet (their pages are not counted)
+    pages_finished: int  # pages a worker read to the end (done or failed)
+    documents_total: int  # every document ever submitted: its increase is ingest's arrivals
+    documents_split: int  # documents an ingest worker is through with
     workers: list[WorkerSignal]
 
     def backlog(self, role: str) -> int:
@@ -79,6 +85,15 @@ class Snapshot(_Frozen):
 
     def live(self, role: str) -> list[WorkerSignal]:
         return [w for w in self.workers if w.role == role]
+
+    def running(self, task: str) -> int:
+        """Tasks named `task` a worker has started and not finished (not those reserved)."""
+        return sum(
+            1
+            for w in self.workers
+            for h in w.held
+            if h.get("task") == task and h.get("started") is not None
+        )
 
 
 def sub_lists(queue: str) -> list[str]:
@@ -144,7 +159,6 @@ def worker_signals(conn: redis.Redis, now: float | None = None) -> list[WorkerSi
                 hostname=hostname,
                 queues=beat.get("queues") or [],
                 age_s=max(0.0, now - float(beat.get("ts", now))),
-                rate=beat.get("rate"),
                 load_s=load,
                 busy=any(h.get("task") == routing.PAGE_TASK for h in held),
                 held=held,
@@ -162,8 +176,10 @@ def _epoch(value: datetime | None) -> float | None:
 
 
 def database_signals(database_url: str, now: float) -> dict[str, Any]:
+    """Live work only: unfinished documents and the pending pages of those being processed
+    (a cancelled document's pages are `cancelled`, never backlog)."""
     doc, page = models.Document, models.Page
-    unfinished = ("pending", "processing")
+    unfinished = [status.value for status in states.UNFINISHED]
     with session_scope(database_url) as session:
         oldest = dict(
             session.execute(
@@ -176,7 +192,8 @@ def database_signals(database_url: str, now: float) -> dict[str, Any]:
             session.execute(
                 select(doc.priority, func.count(page.id))
                 .join(page, page.document_id == doc.id)
-                .where(page.status == "pending")
+                .where(page.status == PageStatus.pending.value)
+                .where(doc.status == DocumentStatus.processing.value)
                 .group_by(doc.priority)
             ).all()
         )
@@ -184,7 +201,7 @@ def database_signals(database_url: str, now: float) -> dict[str, Any]:
             session.execute(select(page.status, func.count()).group_by(page.status)).tuples().all()
         )
         pending_documents = session.scalar(
-            select(func.count()).select_from(doc).where(doc.status == "pending")
+            select(func.count()).select_from(doc).where(doc.status == DocumentStatus.pending.value)
         )
     ages: dict[str, float | None] = {}
     for priority in routing.PRIORITIES:
@@ -199,6 +216,34 @@ def database_signals(database_url: str, now: float) -> dict[str, Any]:
     }
 
 
+def finished_signals(database_url: str) -> dict[str, int]:
+    """Cumulative counts of what the pools have finished, and of documents ever submitted:
+    their increases over a window are throughput and arrivals."""
+    doc, page = models.Document, models.Page
+    finished = (PageStatus.done.value, PageStatus.failed.value)
+    # Through ingest: split (a page count), or failed or rejected reading it. A document
+    # cancelled before it was split never reached an ingest worker.
+    split = or_(
+        doc.page_count.is_not(None),
+        doc.status.in_((DocumentStatus.failed.value, DocumentStatus.rejected.value)),
+    )
+    with session_scope(database_url) as session:
+        pages = session.scalar(
+            select(func.count()).select_from(page).where(page.status.in_(finished))
+        )
+        total, through = session.execute(
+            select(
+                func.count(),
+                func.count().filter(doc.status != DocumentStatus.pending.value, split),
+            ).select_from(doc)
+        ).one()
+    return {
+        "pages_finished": int(pages or 0),
+        "documents_total": int(total or 0),
+        "documents_split": int(through or 0),
+    }
+
+
 def read_snapshot(conn: redis.Redis, database_url: str, now: float | None = None) -> Snapshot:
     """Everything the policy decides on, at one moment."""
     now = time.time() if now is None else now
@@ -207,4 +252,5 @@ def read_snapshot(conn: redis.Redis, database_url: str, now: float | None = None
         queues=queue_signals(conn),
         workers=worker_signals(conn, now),
         **database_signals(database_url, now),
+        **finished_signals(database_url),
     )

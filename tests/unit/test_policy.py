@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -16,10 +17,12 @@ from ocrfleet.scheduler.policy import (
     Prewarm,
     cron_matches,
     decide,
+    need_of,
     needed_capacity,
     needed_workers,
     parse_prewarm,
 )
+from ocrfleet.scheduler.rates import History, Sample
 
 PARAMS = PoolParams(
     role="gpu",
@@ -42,17 +45,20 @@ def demand(
     age_normal: float | None = None,
     age_high: float | None = None,
     total: int = 0,
-    rate: float | None = 0.5,
+    done: int = 0,
+    running: int = 0,
     startup: float | None = 10.0,
     live: int = 0,
 ) -> Demand:
+    """Nothing finished unless `done` says so: the rate is PARAMS' 0.5 pages/s."""
     return Demand(
         backlog={"high": high, "normal": normal},
         oldest_age_s={"high": age_high, "normal": age_normal},
         live=live,
-        rate=rate,
         startup_s=startup,
         arrivals_total=total,
+        done_total=done,
+        running=running,
     )
 
 
@@ -102,15 +108,23 @@ def test_min_max_and_the_device_cap() -> None:
     assert decide(demand(), PoolState(), floor, 0.0)[0].desired == 3
 
 
-def test_fast_up_slow_down_with_cooldown() -> None:
-    busy = [demand(normal=900, age_normal=0.0, total=0)]
-    quiet = [demand(normal=0, total=0) for _ in range(200)]  # 2000 s of nothing new
+def test_up_at_once_then_to_the_minimum_after_the_idle_wait() -> None:
+    busy = [demand(normal=900, age_normal=0.0, total=900)]
+    quiet = [demand(normal=0, total=900) for _ in range(200)]  # 2000 s of nothing new
     targets = run(busy + quiet)
     assert targets[0] == 3  # all at once
-    # Nothing is removed during the cooldown / stabilisation window ...
-    assert targets[1:30] == [3] * 29
-    # ... then, idle for longer than 5 load times, it goes to the minimum and stays.
-    assert targets[30:] == [0] * (len(targets) - 30)
+    # Idle from the first quiet tick (t=10) for max(60 s, 5 load times of 10 s) = 60 s:
+    # the cooldown after the scale-up does not hold an idle pool.
+    assert targets[1:7] == [3] * 6
+    assert targets[7:] == [0] * (len(targets) - 7)
+
+
+def test_an_arrival_restarts_the_idle_wait() -> None:
+    steps = [demand(normal=10, age_normal=0.0, total=10)] + [demand(total=10)] * 4
+    steps += [demand(total=11)] + [demand(total=11)] * 10  # one page came (and went) at t=50
+    targets = run(steps)
+    assert targets[:12] == [1] * 12  # idle from t=60 only: 60 s later is t=120
+    assert targets[12] == 0
 
 
 def test_a_busy_pool_shrinks_a_step_at_a_time() -> None:
@@ -198,11 +212,12 @@ def test_poisson_noise_on_a_steady_load_does_not_flap(seed: int) -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_ten_times_spike_is_one_way_up_then_one_way_down(seed: int) -> None:
     """10x the base load for 5 minutes after an hour: up, then down, no re-growth."""
+
     def rate(t: float) -> float:
         return 1.0 * (10 if 3600 <= t < 3900 else 1)
 
     targets, _ = _replay(rate, 7200, seed)
-    spike = targets[359:360 + 180]  # from just before the spike to 30 minutes after it
+    spike = targets[359 : 360 + 180]  # from just before the spike to 30 minutes after it
     assert max(spike) >= 10
     assert _direction_changes(spike) <= 2
 
@@ -218,7 +233,7 @@ def test_never_more_device_workers_than_devices_even_for_a_spike() -> None:
 
 
 def test_the_decision_carries_its_inputs() -> None:
-    decision, _ = decide(demand(normal=50, age_normal=30.0, rate=None), PoolState(), PARAMS, 0.0)
+    decision, _ = decide(demand(normal=50, age_normal=30.0), PoolState(), PARAMS, 0.0)
     assert decision.inputs["rate"] == 0.5 and decision.inputs["rate_measured"] is False
     assert decision.inputs["backlog"] == {"high": 0, "normal": 50}
     assert decision.inputs["oldest_age_s"]["normal"] == 30.0
@@ -256,3 +271,161 @@ def test_cron_windows() -> None:
     assert decide(demand(), PoolState(), params, monday_8.timestamp() + 600)[0].desired == 4
     with pytest.raises(ValueError, match="CRON=MINUTES:WORKERS"):
         parse_prewarm("0 8 * *=60:4")
+
+
+# -- measured rates ---------------------------------------------------------------------
+
+
+def _history(pages: list[float], *, tick: float = 5.0, workers: int = 1) -> History:
+    """Heartbeat-like samples every `tick` s of `workers` doing pages of these durations."""
+    history, at, done, end = History(), 0.0, 0, 0.0
+    ends = []
+    for duration in pages:
+        end += duration
+        ends.append(end)
+    while at <= end:
+        done = sum(1 for e in ends if e <= at)
+        running = workers if done < len(pages) else 0
+        sample = Sample(at, arrivals=len(pages) * workers, done=done * workers, running=running)
+        history = history.add(sample, keep_s=3600)
+        at += tick
+    return history
+
+
+def test_the_worker_rate_is_pages_per_busy_second_over_a_window() -> None:
+    # 30 s pages sampled every 5 s: most samples see no page finish, none counts as zero.
+    assert _history([30.0] * 20).worker_rate(300) == pytest.approx(1 / 30, rel=0.05)
+    assert _history([30.0] * 20, workers=4).worker_rate(300) == pytest.approx(1 / 30, rel=0.05)
+    # Idle time lowers nothing: the rate is per busy second.
+    idle = History()
+    for i, (done, running) in enumerate([(0, 1), (1, 0), (1, 0), (1, 0), (1, 1), (2, 0)]):
+        idle = idle.add(Sample(i * 30.0, 2, done, running), keep_s=3600)
+    assert idle.worker_rate(300, min_done=1) == pytest.approx(1 / 30)
+    assert History().worker_rate(300) is None
+
+
+def test_a_long_page_lowers_the_rate_by_its_length_not_to_zero() -> None:
+    """The finding: a worker 5 minutes into one page was 'needing 72 workers' from a rate
+    of 0.001, every heartbeat inside the page having counted as zero."""
+    history = _history([30.0] * 10 + [900.0])
+    during = History(tuple(s for s in history.samples if s.at <= 300 + 300))  # 300 s in
+    rate = during.worker_rate(300)
+    assert rate is not None
+    # The window reaches back to four completions: four 30 s pages (the first one seen
+    # from its last 5 s) and 300 s of the long one, 4 / 395 s, a quarter of the usual rate.
+    assert rate == pytest.approx(4 / 395)
+    # 60 pages to start within 900 s: 2 workers at 30 s a page, 7 at 4 pages in 400 s
+    # (the window one tick later), where the per-heartbeat rate asked for 72.
+    fresh = replace(PARAMS, default_rate=1 / 30, rate_window_s=300)
+    backlog = demand(normal=60, age_normal=0.0, total=11, done=10, running=1)
+    usual = decide(backlog, PoolState(), fresh, 0.0)[0]
+    slow = decide(backlog, PoolState(history=during), fresh, 605.0)[0]
+    assert slow.inputs["rate"] == pytest.approx(4 / 400) and slow.inputs["rate_measured"]
+    assert (usual.inputs["need"], slow.inputs["need"]) == (2, 7)
+
+
+def test_a_burst_is_not_counted_again_as_arrivals_to_come() -> None:
+    history = History()
+    for t in range(0, 3600, 10):
+        total = t // 10 + (3000 if t >= 1800 else 0)  # 0.1 pages/s, and 3000 at once
+        history = history.add(Sample(float(t), total, 0, 0), keep_s=900)
+        if t == 1800:
+            assert history.arrival_rate(60, 900) <= 3000 / 900 + 0.1
+        if t == 1800 + 70:  # one short window later: the base rate again
+            assert history.arrival_rate(60, 900) == pytest.approx(0.1, abs=0.02)
+    assert history.last_arrival() == 3590.0
+
+
+# -- generated traces: a discrete fleet under the policy ----------------------------------
+
+STARTUP_S = 10.0
+
+
+def _fleet(
+    pages_per_s, seconds: int, seed: int, durations: list[int]
+) -> tuple[list[tuple[float, int, int, int]], float | None, float | None]:
+    """Poisson documents of 1-8 pages; a worker serves one page at a time for a duration
+    drawn from `durations` (s) and is useful STARTUP_S after it was asked for; a stopped
+    worker finishes its page. Returns (time, current, desired, the need at the true
+    rates) per tick, when the last page finished, and when the pool last reached 0."""
+    rng = random.Random(seed)
+    rate = 1 / (sum(durations) / len(durations))
+    params = replace(PARAMS, max_workers=200, default_rate=rate)
+    state, queue, workers = PoolState(), deque(), []
+    running: list[tuple[int, float]] = []  # (ends at, arrived at)
+    arrived = done = 0
+    ticks, drained, at_min = [], None, None
+    for t in range(seconds):
+        for _ in range(_poisson(rng, pages_per_s(t) / 4.5)):
+            pages = rng.randint(1, 8)
+            queue.extend([float(t)] * pages)
+            arrived += pages
+        finished = [r for r in running if r[0] <= t]
+        done += len(finished)
+        running = [r for r in running if r[0] > t]
+        for worker in workers:
+            if worker["until"] <= t:
+                worker["busy"] = False
+        workers = [w for w in workers if not (w["stop"] and not w["busy"])]
+        if finished and not queue and not running:
+            drained = float(t)
+        if t % 10 == 0:
+            oldest = min([*list(queue)[:1], *(a for _, a in running)], default=None)
+            step = demand(
+                normal=len(queue) + len(running),
+                age_normal=None if oldest is None else t - oldest,
+                total=arrived,
+                done=done,
+                running=len(running),
+                startup=STARTUP_S,
+            )
+            current = state.target
+            need = need_of(step, params, pages_per_s(t), rate, STARTUP_S, current).whole
+            decision, state = decide(step, state, params, float(t))
+            ticks.append((float(t), current, decision.desired, need))
+            if decision.desired == 0 and current > 0:
+                at_min = float(t)
+            active = [w for w in workers if not w["stop"]]
+            for _ in range(decision.desired - len(active)):
+                workers.append({"ready": t + STARTUP_S, "until": 0, "busy": False, "stop": False})
+            for worker in sorted(active, key=lambda w: w["busy"])[decision.desired :]:
+                worker["stop"] = True
+            workers = [w for w in workers if not (w["stop"] and not w["busy"])]
+        for worker in workers:
+            if queue and not worker["busy"] and not worker["stop"] and worker["ready"] <= t:
+                worker["until"] = t + rng.choice(durations)
+                worker["busy"] = True
+                running.append((worker["until"], queue.popleft()))
+    return ticks, drained, at_min
+
+
+def _poisson(rng: random.Random, lam: float) -> int:
+    limit, k, p = math.exp(-lam), 0, rng.random()
+    while p > limit:
+        k += 1
+        p *= rng.random()
+    return k
+
+
+# Pages of 2 s, one in twenty of 40 s: the long pages that made the rate collapse.
+LONG_TAIL = [2] * 19 + [40]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_no_decision_asks_for_more_than_twice_what_the_load_needs(seed: int) -> None:
+    """A steady load with a 10x spike, then a burst out of nothing and silence: every
+    scale-up asks for at most twice the workers the backlog and the arrivals (at their
+    true rates) need, and after the last page the pool is at zero within the idle wait."""
+
+    def load(t: float) -> float:
+        if t < 3600:
+            return 1.0 * (10 if 1800 <= t < 2100 else 1)
+        return 12.0 if 4200 <= t < 4320 else 0.0
+
+    ticks, drained, at_min = _fleet(load, 7200, seed, LONG_TAIL)
+    ups = [(t, desired, need) for t, current, desired, need in ticks if desired > current]
+    assert max(desired for _, desired, _ in ups) >= 10  # it did follow the spike
+    assert all(desired <= max(1, 2 * need) for _, desired, need in ups), ups
+    assert drained is not None and at_min is not None and at_min > drained > 4320
+    bound = PARAMS.idle_wait_s(STARTUP_S) + 2 * PARAMS.interval_s
+    assert at_min - drained <= bound
