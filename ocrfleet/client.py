@@ -25,10 +25,10 @@ from typing import Any, BinaryIO
 
 import kombu.exceptions
 import redis.exceptions
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ocrfleet import ir
+from ocrfleet import ir, states
 from ocrfleet.config import Settings, get_settings
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
@@ -38,17 +38,8 @@ from ocrfleet.storage import ObjectStore, open_store, read_uri
 from ocrfleet.storage.local import display_uri
 from ocrfleet.tasks import routing
 
-TERMINAL = frozenset(
-    {
-        ir.DocumentStatus.done,
-        ir.DocumentStatus.partial,
-        ir.DocumentStatus.rejected,
-        ir.DocumentStatus.failed,
-        ir.DocumentStatus.reviewed,
-        ir.DocumentStatus.cancelled,
-    }
-)
 INTAKE_PREFIX = "intake"
+CANCELLED = "cancelled on request"  # the reason of a cancelled document and its pages
 
 
 class SubmitError(RuntimeError):
@@ -67,6 +58,8 @@ SUBMIT_RETRY_POLICY = {
     "interval_step": 0.5,
     "interval_max": 1.0,
 }
+
+
 class UnreadableInput(SubmitError):
     """This one input cannot be read (vanished, no permission); others may still be."""
 
@@ -88,7 +81,7 @@ class DocumentState:
 
     @property
     def finished(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in states.TERMINAL
 
     @classmethod
     def of(cls, row: models.Document, session: Session | None = None) -> DocumentState:
@@ -281,26 +274,29 @@ def submit(
 
 
 def cancel(document_id: int, *, settings: Settings | None = None) -> DocumentState:
-    """Cancel a document that is not finished: workers skip its queued pages, pages already
-    running finish, and it ends `cancelled` (its webhook, if any, is sent now). A finished
-    document is left as it is; LookupError if there is none."""
+    """Cancel a document that is not finished: its pending pages become `cancelled` in the
+    same transaction (workers skip their queued tasks, and nothing counts them as backlog),
+    pages already running finish, and it ends `cancelled` (its webhook, if any, is sent
+    now). A finished document is left as it is; LookupError if there is none."""
     from ocrfleet.webhooks import notify_finished
 
     settings = settings or get_settings()
-    doc = models.Document
+    doc, page = models.Document, models.Page
     with session_scope(settings.database_url) as session:
         if session.get(doc, document_id) is None:
             raise LookupError(f"no document {document_id}")
-        changed = session.scalar(
-            update(doc)
-            .where(
-                doc.id == document_id,
-                doc.status.in_([ir.DocumentStatus.pending, ir.DocumentStatus.processing]),
-            )
-            .values(status=ir.DocumentStatus.cancelled, reason="cancelled on request")
-            .returning(doc.id)
+        changed = states.move(
+            session, doc, ir.DocumentStatus.cancelled, doc.id == document_id, reason=CANCELLED
         )
-    if changed is not None:
+        if changed:
+            states.move(
+                session,
+                page,
+                ir.PageStatus.cancelled,
+                page.document_id == document_id,
+                reason=CANCELLED,
+            )
+    if changed:
         notify_finished(settings, document_id)
     return status(document_id, settings=settings)
 
@@ -341,7 +337,7 @@ def wait(
     poll_s: float = 0.5,
     on_progress: Callable[[DocumentState], None] | None = None,
 ) -> DocumentState:
-    """Block until the document is finished (done, partial, rejected or failed)."""
+    """Block until the document is finished (`states.TERMINAL`)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         state = status(document_id, settings=settings)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ocrfleet.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ocrfleet.storage.local import display_uri
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def submit(
     else:
         for path, doc_id in zip(submitted, ids, strict=True):
             typer.echo(f"{doc_id}\t{display_uri(path)}")
-    if unreadable or (states and any(s.status.value not in ("done", "reviewed") for s in states)):
+    if unreadable or (states and _exit_code(states)):
         raise typer.Exit(1)
 
 
@@ -178,32 +179,43 @@ def status(
     show_all: Annotated[bool, typer.Option("--all", help="every document, newest first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
     stuck: Annotated[
-        bool, typer.Option("--stuck", help="unfinished work older than --age, and where it is")
+        bool,
+        typer.Option("--stuck", help="work left that has not moved for --age seconds, and why"),
     ] = False,
     age: Annotated[float, typer.Option(help="seconds, for --stuck")] = 600.0,
 ) -> None:
-    """Show documents and their progress: the most recent ones, or those matching DOC."""
+    """Show documents and their progress: the most recent ones, or those matching DOC.
+    Exits 0 when every document shown is done or reviewed, 1 when one is not (failed,
+    partial, rejected, cancelled, or not finished yet), 2 when DOC matches no document;
+    with --stuck, 1 when anything is stuck."""
     from ocrfleet import client
 
     if stuck:
-        _print_stuck(age, as_json)
-        return
+        raise typer.Exit(_print_stuck(age, as_json))
 
     try:
         states = client.recent(None if show_all else 20) if doc is None else client.find(doc)
     except LookupError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise typer.Exit(EXIT_USAGE) from exc
     if doc is not None and not states:
-        typer.echo(f"error: no document matches {doc!r}", err=True)
-        raise typer.Exit(1)
+        typer.echo(f"error: no document matches {display_uri(doc)!r}", err=True)
+        raise typer.Exit(EXIT_USAGE)
     if as_json:
         typer.echo(json.dumps([_state_dict(s) for s in states], indent=2))
     else:
         _print_table(states)
+    raise typer.Exit(_exit_code(states))
 
 
-def _print_stuck(age: float, as_json: bool) -> None:
+def _exit_code(shown: list[client.DocumentState]) -> int:
+    """0 when every document shown is done or reviewed, else 1 (README: `ocrfleet status`)."""
+    from ocrfleet.states import SUCCEEDED
+
+    return EXIT_OK if all(s.status in SUCCEEDED for s in shown) else EXIT_FAILED
+
+
+def _print_stuck(age: float, as_json: bool) -> int:
     from rich.console import Console
     from rich.table import Table
 
@@ -213,8 +225,8 @@ def _print_stuck(age: float, as_json: bool) -> None:
     items = stuck(get_settings(), age)
     if as_json:
         typer.echo(json.dumps([item.as_dict() for item in items], indent=2))
-        return
-    table = Table("document", "page", "status", "age", "deliveries", "where")
+        return EXIT_FAILED if items else EXIT_OK
+    table = Table("document", "page", "status", "unchanged", "deliveries", "where", "why")
     for item in items:
         table.add_row(
             str(item.document_id),
@@ -223,10 +235,13 @@ def _print_stuck(age: float, as_json: bool) -> None:
             f"{item.age_s:.0f}s",
             "" if item.deliveries is None else str(item.deliveries),
             item.where,
+            item.reason,
         )
-    Console().print(table)
-    if not items:
-        typer.echo(f"nothing unfinished older than {age:.0f}s")
+    if items:
+        Console(highlight=False).print(table)
+        return EXIT_FAILED
+    typer.echo(f"nothing unfinished unchanged for {age:.0f}s")
+    return EXIT_OK
 
 
 def _state_dict(state: client.DocumentState) -> dict[str, object]:

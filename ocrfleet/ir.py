@@ -50,6 +50,8 @@ SCORING_VERDICTS = frozenset({Verdict.scored, Verdict.bounded})
 
 
 class DocumentStatus(StrEnum):
+    """A document's state; `ocrfleet.states` says which moves are allowed."""
+
     pending = "pending"
     processing = "processing"
     done = "done"
@@ -71,6 +73,7 @@ class PageStatus(StrEnum):
     pending = "pending"
     done = "done"
     failed = "failed"
+    cancelled = "cancelled"  # its document was cancelled before the page ran
 
 
 class _Model(BaseModel):

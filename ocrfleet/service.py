@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import case, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ocrfleet import ir
+from ocrfleet import ir, states
 from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.db.persist import save_page_result
@@ -155,49 +155,57 @@ def ingest(
         log.exception("ingest of %s failed", display_uri(uri))
         return _finish_input(ctx, common, ir.DocumentStatus.failed, describe(exc))
 
+    split_values = {"media_type": document.media_type, "page_count": document.page_count}
+    processing = ir.DocumentStatus.processing
     with ctx.session() as session:
         doc_id = upsert(
             session,
             models.Document,
-            {
-                **common,
-                "media_type": document.media_type,
-                "page_count": document.page_count,
-                "status": ir.DocumentStatus.processing,
-            },
+            {**common, **split_values, "status": processing},
             key=models.DOCUMENT_KEY,
-            update=["media_type", "page_count", "status"],
+            update=[],
         )
-        for page in pages:
-            upsert(
-                session,
-                models.Page,
-                {
-                    "document_id": doc_id,
-                    "number": page.number,
-                    "width": page.width,
-                    "height": page.height,
-                    "image_uri": page.image_uri,
-                },
-                key=["document_id", "number"],
-                update=[],
-            )
-        session.flush()
-        return _outcome(session, session.get(models.Document, doc_id), created=True)
+        # A submitted (`pending`) row moves on to `processing`; one that moved elsewhere
+        # while this ingest split it (cancelled) stays as it is, and gets no pages.
+        doc = models.Document
+        states.move(session, doc, processing, doc.id == doc_id, **split_values)
+        row = session.get(doc, doc_id)
+        if row.status == processing:
+            for page in pages:
+                upsert(
+                    session,
+                    models.Page,
+                    {
+                        "document_id": doc_id,
+                        "number": page.number,
+                        "width": page.width,
+                        "height": page.height,
+                        "image_uri": page.image_uri,
+                    },
+                    key=["document_id", "number"],
+                    update=[],
+                )
+            session.flush()
+        outcome = _outcome(session, row, created=row.status == processing)
+    if not outcome.created:  # the images written for it may be nobody's
+        discard_unreferenced(ctx, [page.image_uri for page in pages if page.image_uri])
+    return outcome
 
 
 def _finish_input(
     ctx: Context, common: dict[str, Any], status: ir.DocumentStatus, reason: str
 ) -> IngestOutcome:
-    """The terminal row of an input that produced no pages (rejected or failed)."""
+    """The terminal row of an input that produced no pages (rejected or failed); a row
+    that moved on meanwhile (cancelled) keeps its state."""
     with ctx.session() as session:
         doc_id = upsert(
             session,
             models.Document,
             {**common, "status": status, "reason": reason},
             key=models.DOCUMENT_KEY,
-            update=["status", "reason"],
+            update=[],
         )
+        states.move(session, models.Document, status, models.Document.id == doc_id, reason=reason)
         return _outcome(session, session.get(models.Document, doc_id), created=True)
 
 
@@ -395,40 +403,20 @@ def fail_page(ctx: Context, page_id: int, reason: str) -> None:
 def _finish_page(
     session: Session, page_id: int, status: ir.PageStatus, **values: Any
 ) -> int | None:
-    """Mark a pending page finished and count it on its document, atomically; returns the
+    """Mark a page finished and count it on its document, atomically; returns the
     document's id when this page was its last (for the document rules), else None.
 
-    The conditional update makes a redelivered page count once; the document's counters
-    and status move in one UPDATE so the last page to finish, whichever worker ran it,
-    marks the document done (no chord, no read-modify-write race)."""
-    doc_id = session.scalar(
-        update(models.Page)
-        .where(models.Page.id == page_id, models.Page.status == ir.PageStatus.pending)
-        .values(status=status, **values)
-        .returning(models.Page.document_id)
+    The guarded move makes a redelivered page count once, and `states.count_page` lets the
+    last page to finish, whichever worker ran it, finish the document."""
+    page = models.Page
+    moved = states.move(
+        session, page, status, page.id == page_id, returning=page.document_id, **values
     )
-    if doc_id is None:
+    if not moved:
         return None
-    doc = models.Document
-    done = doc.pages_done + (1 if status == ir.PageStatus.done else 0)
-    failed = doc.pages_failed + (1 if status == ir.PageStatus.failed else 0)
-    new_status = session.scalar(
-        update(doc)
-        .where(doc.id == doc_id)
-        .values(
-            pages_done=done,
-            pages_failed=failed,
-            status=case(
-                (doc.status == ir.DocumentStatus.cancelled.value, doc.status),  # stays so
-                (done + failed < doc.page_count, doc.status),
-                (failed > 0, ir.DocumentStatus.partial.value),
-                else_=ir.DocumentStatus.done.value,
-            ),
-        )
-        .returning(doc.status)
-    )
-    finished = (ir.DocumentStatus.done.value, ir.DocumentStatus.partial.value)
-    return doc_id if new_status in finished else None
+    doc_id = moved[0]
+    finished = states.count_page(session, doc_id, status)
+    return doc_id if finished in (ir.DocumentStatus.done, ir.DocumentStatus.partial) else None
 
 
 def record_delivery(ctx: Context, page_id: int) -> int:
@@ -454,24 +442,15 @@ def fail_document(ctx: Context, document_id: int, reason: str) -> bool:
     fetched, or it was submitted under another run); returns whether it changed. Only a
     `pending` document moves, so a redelivered failure changes nothing."""
     with ctx.session() as session:
-        changed = session.scalar(
-            update(models.Document)
-            .where(
-                models.Document.id == document_id,
-                models.Document.status == ir.DocumentStatus.pending,
-            )
-            .values(status=ir.DocumentStatus.failed, reason=reason)
-            .returning(models.Document.id)
+        doc = models.Document
+        moved = states.move(
+            session, doc, ir.DocumentStatus.failed, doc.id == document_id, reason=reason
         )
-    return changed is not None
+    return bool(moved)
 
 
 def page_cancelled(ctx: Context, page_id: int) -> bool:
-    """Whether the page's document was cancelled: its queued pages are skipped, not run."""
+    """Whether the page was cancelled with its document: its queued task is skipped."""
     with ctx.session() as session:
-        status = session.scalar(
-            select(models.Document.status)
-            .join(models.Page, models.Page.document_id == models.Document.id)
-            .where(models.Page.id == page_id)
-        )
-    return status == ir.DocumentStatus.cancelled
+        status = session.scalar(select(models.Page.status).where(models.Page.id == page_id))
+    return status == ir.PageStatus.cancelled

@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import event, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from ocrfleet import ir, outbound
+from ocrfleet import ir, outbound, states
 from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.errors import public_reason
@@ -46,13 +46,6 @@ __all__ = ["UnsafeCallbackURL", "check_url", "sign", "verify"]
 SIGNATURE_HEADER = "X-Ocrfleet-Signature"
 FLEET_KEY_ID = "fleet"  # the `kid` of callbacks signed with OCRFLEET_WEBHOOK_SECRET
 REVIEWED = "reviewed"  # the event of a review that changed a document's text
-TERMINAL = (
-    ir.DocumentStatus.done,
-    ir.DocumentStatus.partial,
-    ir.DocumentStatus.failed,
-    ir.DocumentStatus.rejected,
-    ir.DocumentStatus.cancelled,
-)
 RESULT_FORMATS = ("text", "json", "markdown", "hocr", "alto", "pdf")
 
 
@@ -115,7 +108,7 @@ def claim(session: Session, document_id: int) -> bool:
             doc.id == document_id,
             doc.callback_url.is_not(None),
             doc.callback_state.is_(None),
-            doc.status.in_([s.value for s in TERMINAL]),
+            doc.status.in_([s.value for s in states.TERMINAL]),
         )
         .values(callback_state="queued")
         .returning(doc.id)

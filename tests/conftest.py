@@ -1,8 +1,10 @@
-"""Fixtures for real services: PostgreSQL and Redis on this machine, moto's S3 server as a
-subprocess on 127.0.0.1. Nothing here patches a client in-process."""
+"""Fixtures for real services: PostgreSQL on this machine; a redis-server of the test
+session's own and moto's S3 server, each a subprocess on a free port of 127.0.0.1. Nothing
+here patches a client in-process, and nothing touches the machine's Redis."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -11,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get(
     "OCRFLEET_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
-REDIS_URL = os.environ.get("OCRFLEET_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_DATABASES = 1024  # numbers the session's Redis hands out before it reuses one
 
 
 def free_port() -> int:
@@ -128,17 +131,62 @@ def s3_bucket(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    """A Redis database number of its own, flushed before and after."""
-    import redis
+@dataclass
+class RedisServer:
+    """A redis-server of the test session's own (no persistence). Each user takes a
+    database number of its own, flushed before it is handed out: tests never share keys."""
 
-    db = 8 + (os.getpid() % 7)
-    url = f"{REDIS_URL}/{db}"
-    client = redis.Redis.from_url(url)
-    client.flushdb()
+    url: str  # redis://127.0.0.1:PORT, no database
+    _numbers: Iterator[int] = field(default_factory=itertools.count)
+
+    def database(self) -> str:
+        import redis
+
+        url = f"{self.url}/{next(self._numbers) % REDIS_DATABASES}"
+        with redis.Redis.from_url(url) as conn:
+            conn.flushdb()
+        return url
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """redis-server (scripts/services.sh installs it) on a free port, with a temporary
+    directory and no persistence, killed when the session ends."""
+    directory = tmp_path_factory.mktemp("redis")
+    for _attempt in range(3):  # the free port can be taken before the server binds it
+        port = free_port()
+        with open(directory / "redis.log", "ab") as log:
+            proc = subprocess.Popen(
+                [
+                    "redis-server",
+                    "--port", str(port),
+                    "--bind", "127.0.0.1",
+                    "--dir", str(directory),
+                    "--save", "",
+                    "--appendonly", "no",
+                    "--databases", str(REDIS_DATABASES),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            wait_for_port(port, timeout=10)
+        except TimeoutError:
+            proc.kill()
+            proc.wait(timeout=10)
+            continue
+        break
+    else:
+        log_tail = (directory / "redis.log").read_text()[-2000:]
+        raise RuntimeError(f"redis-server did not start:\n{log_tail}")
     try:
-        yield url
+        yield RedisServer(f"redis://127.0.0.1:{port}")
     finally:
-        client.flushdb()
-        client.close()
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """An empty Redis database of this test's own."""
+    return redis_server.database()

@@ -30,7 +30,7 @@ from prometheus_client import (
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from ocrfleet import client, ir
+from ocrfleet import client, ir, states
 from ocrfleet.api import inputs
 from ocrfleet.api.keys import KeyCache
 from ocrfleet.api.limits import BodyLimit, RateLimiter
@@ -84,11 +84,10 @@ def _document_json(doc: models.Document, pages: list[models.Page] | None = None)
         "updated_at": doc.updated_at.isoformat(),
     }
     if pages is not None:
-        cancelled = doc.status == ir.DocumentStatus.cancelled
         body["page_states"] = [
             {
                 "number": page.number,
-                "status": "cancelled" if cancelled and page.status == "pending" else page.status,
+                "status": page.status,
                 "reason": public_reason(page.reason),
             }
             for page in pages
@@ -332,7 +331,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(422, f"format must be one of {', '.join(FORMATS)}")
         with db() as session:
             doc = owned(session, document_id, tenant)
-            if doc.status in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
+            if doc.status in states.UNFINISHED:
                 raise HTTPException(409, f"document {document_id} is still {doc.status}")
             if not doc.page_count:  # rejected or failed before it was split
                 raise HTTPException(
@@ -349,7 +348,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Cancel: queued pages are skipped, running pages finish, it ends `cancelled`."""
         with db() as session:
             doc = owned(session, document_id, tenant)
-            if doc.status not in (ir.DocumentStatus.pending, ir.DocumentStatus.processing):
+            if doc.status not in states.UNFINISHED:
                 raise HTTPException(409, f"document {document_id} is already {doc.status}")
         state = client.cancel(document_id, settings=settings)
         return {"id": state.id, "status": state.status.value}

@@ -22,6 +22,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ocrfleet import ir
+
 # All key columns in index and unique names: with only the first one, a later
 # Index("status", "created_at") would collide with the existing ix on "status".
 NAMING = {
@@ -38,6 +40,11 @@ REGION_CATEGORIES = (
 )
 TENANT_FIELD = "tenant"  # the submission metadata key that names the tenant
 TENANT_LENGTH = 128
+
+
+def _values(states: type[ir.DocumentStatus] | type[ir.PageStatus]) -> str:
+    """An enum's values as an SQL list, for the CHECK constraint that keeps a column to them."""
+    return ",".join(f"'{state.value}'" for state in states)
 
 
 def utcnow() -> datetime:
@@ -83,11 +90,7 @@ class Document(Base):
         UniqueConstraint(*DOCUMENT_KEY),
         # A tenant's documents in id order: the API's listing and the review app's filter.
         Index("ix_documents_tenant_id", "tenant", "id"),
-        CheckConstraint(
-            "status in ('pending','processing','done','partial','rejected','failed','reviewed',"
-            "'cancelled')",
-            name="status",
-        ),
+        CheckConstraint(f"status in ({_values(ir.DocumentStatus)})", name="status"),
         CheckConstraint(
             "callback_state in ('queued','delivered','gave_up')", name="callback_state"
         ),
@@ -124,7 +127,7 @@ class Page(Base):
     __tablename__ = "pages"
     __table_args__ = (
         UniqueConstraint("document_id", "number"),
-        CheckConstraint("status in ('pending','done','failed')", name="status"),
+        CheckConstraint(f"status in ({_values(ir.PageStatus)})", name="status"),
     )
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))

@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
-from ocrfleet import ir
+from ocrfleet import ir, states
 from ocrfleet.db.models import (
     Candidate,
     Document,
@@ -209,12 +209,6 @@ def _mark_reviewed(session: Session, document_id: int) -> None:
         .where(Region.page_id == Page.id)
         .where(Page.document_id == document_id)
     )
-    session.execute(
-        update(Document)
-        .where(
-            Document.id == document_id,
-            Document.status == ir.DocumentStatus.done.value,
-            ~still_open,
-        )
-        .values(status=ir.DocumentStatus.reviewed.value)
+    states.move(
+        session, Document, ir.DocumentStatus.reviewed, Document.id == document_id, ~still_open
     )

@@ -198,7 +198,7 @@ def database_signals(database_url: str, now: float) -> dict[str, Any]:
             ).all()
         )
         by_status = dict(
-            session.execute(select(page.status, func.count()).group_by(page.status)).tuples().all()
+            session.execute(select(page.status, func.count()).group_by(page.status)).all()
         )
         pending_documents = session.scalar(
             select(func.count()).select_from(doc).where(doc.status == DocumentStatus.pending.value)

@@ -168,8 +168,9 @@ def process_env(env: dict[str, str]) -> dict[str, str]:
     }
 
 
-def ocrfleet_cli(env: dict[str, str], *args: str, timeout: float = 600) -> str:
-    """Run `ocrfleet ARGS...` (the real CLI module); returns its stdout, fails on non-zero."""
+def ocrfleet_cli(env: dict[str, str], *args: str, timeout: float = 600, expect: int = 0) -> str:
+    """Run `ocrfleet ARGS...` (the real CLI module); returns its stdout, fails unless it
+    exits `expect`."""
     done = subprocess.run(
         [sys.executable, "-m", "ocrfleet.cli", *args],
         cwd=REPO,
@@ -178,7 +179,7 @@ def ocrfleet_cli(env: dict[str, str], *args: str, timeout: float = 600) -> str:
         text=True,
         timeout=timeout,
     )
-    assert done.returncode == 0, f"ocrfleet {' '.join(args)}: {done.returncode}\n{done.stderr}"
+    assert done.returncode == expect, f"ocrfleet {' '.join(args)}: {done.returncode}\n{done.stderr}"
     return done.stdout
 
 

@@ -308,6 +308,31 @@ def test_0007_downgrades_only_without_bounded_scores(url: str) -> None:
     dispose_engines()
 
 
+def test_0011_closes_the_pages_of_cancelled_documents_and_downgrades(db_url: str) -> None:
+    migrate.upgrade(db_url, "0010")
+    live, cancelled = add_page(db_url, sha256="a" * 64), add_page(db_url, sha256="b" * 64)
+    with session_scope(db_url) as session:
+        session.execute(
+            text("UPDATE documents SET status = 'cancelled' WHERE sha256 = :s"), {"s": "b" * 64}
+        )
+    dispose_engines()
+    migrate.upgrade(db_url, "0011")
+    query = "SELECT id, status, reason FROM pages ORDER BY id"
+    with session_scope(db_url) as session:
+        assert session.execute(text(query)).all() == [
+            (live, "pending", None),
+            (cancelled, "cancelled", "cancelled on request"),
+        ]
+    dispose_engines()
+    migrate.downgrade(db_url, "0010")
+    with session_scope(db_url) as session:
+        assert [status for _, status, _ in session.execute(text(query))] == ["pending"] * 2
+    dispose_engines()
+    with pytest.raises(IntegrityError, match="status"), session_scope(db_url) as session:
+        session.execute(text(f"UPDATE pages SET status = 'cancelled' WHERE id = {live}"))
+    dispose_engines()
+
+
 # --- sessions -----------------------------------------------------------------------
 
 

@@ -4,7 +4,6 @@ attack."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,12 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import redis
 
 from ocrfleet.api.keys import add_key
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines, session_scope
-from tests.conftest import REDIS_URL, temporary_pg_database
+from tests.conftest import temporary_pg_database
 from tests.integration.fleet_helpers import api_process, fleet_env
 
 TENANTS = ("acme", "globex")
@@ -42,9 +40,12 @@ class ApiServer:
 
 
 @contextmanager
-def running_api(moto_endpoint: str, directory: Path, **extra: str) -> Iterator[ApiServer]:
-    """The server up and answering, `extra` added to its environment (keys are made in the
-    fresh database whatever `OCRFLEET_DATABASE_URL` says); all it made is removed after."""
+def running_api(
+    moto_endpoint: str, broker_url: str, directory: Path, **extra: str
+) -> Iterator[ApiServer]:
+    """The server up and answering on the Redis database `broker_url`, `extra` added to its
+    environment (keys are made in the fresh database whatever `OCRFLEET_DATABASE_URL`
+    says); all it made is removed after."""
     import boto3
 
     bucket = f"ocrfleet-{uuid.uuid4().hex[:12]}"
@@ -55,9 +56,6 @@ def running_api(moto_endpoint: str, directory: Path, **extra: str) -> Iterator[A
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     ).create_bucket(Bucket=bucket)
-    broker_url = f"{REDIS_URL}/{8 + os.getpid() % 7}"  # the redis_url fixture's database
-    broker = redis.Redis.from_url(broker_url)
-    broker.flushdb()
     with temporary_pg_database() as pg_url:
         upgrade(pg_url)
         env = fleet_env(
@@ -76,5 +74,3 @@ def running_api(moto_endpoint: str, directory: Path, **extra: str) -> Iterator[A
                 yield ApiServer(base, env, keys, bucket, log)
         finally:
             dispose_engines()
-            broker.flushdb()
-            broker.close()

@@ -26,6 +26,7 @@ from schemathesis import GenerationMode
 
 from ocrfleet.api.app import create_app
 from ocrfleet.config import Settings
+from tests.conftest import RedisServer
 from tests.security.api_server import ApiServer, running_api
 from tests.security.test_outputs import RUN_ID, store_document
 
@@ -51,9 +52,12 @@ TALLY: Counter[int] = Counter()
 
 
 @pytest.fixture(scope="module")
-def api(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+def api(
+    moto_endpoint: str, redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
     with running_api(
         moto_endpoint,
+        redis_server.database(),
         tmp_path_factory.mktemp("fuzz"),
         OCRFLEET_API_MAX_UPLOAD_BYTES=str(UPLOAD_LIMIT),
         OCRFLEET_API_RATE_PER_S="100000",  # the fuzz is one client: no 429s in its way

@@ -25,7 +25,7 @@ from ocrfleet.db.models import Document, Page, Run
 from ocrfleet.db.persist import save_page_result
 from ocrfleet.db.session import session_scope
 from ocrfleet.storage import open_store
-from tests.conftest import free_port
+from tests.conftest import RedisServer, free_port
 from tests.integration.fleet_helpers import settings_from
 from tests.security.api_server import ApiServer, running_api
 from tests.unit.test_formats import alto_schema
@@ -141,9 +141,11 @@ def store_document(api: ApiServer) -> int:
 
 @pytest.fixture(scope="module")
 def served(
-    moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+    moto_endpoint: str, redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ApiServer, int]]:
-    with running_api(moto_endpoint, tmp_path_factory.mktemp("outputs")) as api:
+    with running_api(
+        moto_endpoint, redis_server.database(), tmp_path_factory.mktemp("outputs")
+    ) as api:
         with pytest.MonkeyPatch.context() as patch:  # moto's credentials, for our store
             for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
                 patch.setenv(name, api.env[name])
@@ -273,8 +275,8 @@ def test_readyz_names_the_dependency_not_its_address(
     closed = free_port()  # nothing listens here
     with running_api(
         moto_endpoint,
+        f"redis://127.0.0.1:{closed}/0",
         tmp_path,
-        OCRFLEET_BROKER_URL=f"redis://127.0.0.1:{closed}/0",
         OCRFLEET_DATABASE_URL=f"postgresql+psycopg://ocr:pw@127.0.0.1:{closed}/secret_db",
     ) as down:
         reply = httpx.get(f"{down.base}/readyz", timeout=60)
