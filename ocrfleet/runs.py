@@ -46,13 +46,14 @@ class PinMismatch(ConfigError):
 
 
 class OtherRun(Exception):
-    """The work belongs to another run than this worker's: it is left for a worker of
-    that run, never failed."""
+    """The work (of document `document_id`) belongs to another run than this worker's: it
+    is left for a worker of that run, never failed."""
 
-    def __init__(self, run_id: str, own: str) -> None:
+    def __init__(self, run_id: str, own: str, document_id: int | None = None) -> None:
         super().__init__(f"work of run {run_id}, this worker runs {own}")
         self.run_id = run_id
         self.own = own
+        self.document_id = document_id
 
 
 def libraries(settings: Settings) -> dict[str, str | None]:

@@ -306,11 +306,7 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
         if page.status != ir.PageStatus.pending:
             return ir.PageStatus(page.status)
         number, image_uri, document_id = page.number, page.image_uri, page.document_id
-        run_id = session.scalar(
-            select(models.Document.run_id).where(models.Document.id == document_id)
-        )
-    if run_id != ctx.own_run_id:
-        raise OtherRun(run_id, ctx.own_run_id)
+    check_page_run(ctx, page_id)
 
     data = ctx.store.get(ctx.store.key_of(image_uri))
     processed = process_image(number, load_image(data), ctx.toolkit)
@@ -354,6 +350,20 @@ def page_params(ctx: Context, processed: ProcessedPage) -> dict[str, Any]:
         "orientation": processed.orientation.model_dump(mode="json"),
         "detection": plan.model_dump(mode="json"),
     }
+
+
+def check_page_run(ctx: Context, page_id: int) -> None:
+    """OtherRun if the page's document is of another run than this process's: asked before
+    a delivery is counted, so a page that waits for its run's worker is never poison."""
+    doc, page = models.Document, models.Page
+    with ctx.session() as session:
+        found = session.execute(
+            select(doc.id, doc.run_id)
+            .join(page, page.document_id == doc.id)
+            .where(page.id == page_id)
+        ).one_or_none()
+    if found is not None and found.run_id != ctx.own_run_id:
+        raise OtherRun(found.run_id, ctx.own_run_id, found.id)
 
 
 WAITING = "waiting for a worker of run "

@@ -27,12 +27,16 @@ from celery.signals import celeryd_init, worker_init, worker_process_init, worke
 
 from ocrfleet.config import Settings, get_settings
 from ocrfleet.tasks import routing
-from ocrfleet.tasks.lifecycle import model_load_seconds
+from ocrfleet.tasks.lifecycle import model_load_seconds, worker_run_id
 
 log = logging.getLogger(__name__)
 
 WORKER_PREFIX = "ocrfleet:worker:"
 READY_PREFIX = "ocrfleet:ready:"
+# Hash: run id -> JSON {"at": unix time, "left_by": run id}, the last time a worker of
+# another run put back work of that run (`ocrfleet.tasks.tasks`). Work of a run with a
+# recent entry here and no live worker whose ready record names it waits for nobody.
+WAITING_KEY = "ocrfleet:runs:waiting"
 TTL_PERIODS = 3
 RATE_ALPHA = 0.3  # weight of the newest busy interval in the moving average
 
@@ -184,17 +188,32 @@ def _on_worker_shutdown(**_: Any) -> None:
 
 
 def _on_worker_process_init(**_: Any) -> None:
-    """In a pool child after its models loaded: publish the load time it measured."""
+    """In a pool child after its models loaded: publish the load time it measured and
+    the run it reads pages of (`run_id`, None for a worker that loads no models)."""
     hostname = _state["hostname"]
     if hostname is None:
         return
-    record = {"pid": os.getpid(), "load_s": model_load_seconds(), "ready_at": time.time()}
+    record = {
+        "pid": os.getpid(),
+        "load_s": model_load_seconds(),
+        "ready_at": time.time(),
+        "run_id": worker_run_id(),
+    }
     try:
         conn = _client()
         conn.set(ready_key(hostname), json.dumps(record), ex=7 * 24 * 3600)
         conn.close()
     except Exception as exc:
         log.warning("cannot publish the model load time: %s", exc)
+
+
+def note_waiting(run_id: str, left_by: str) -> None:
+    """Record that work of `run_id` was put back by a worker of `left_by` (WAITING_KEY)."""
+    conn = _client()
+    try:
+        conn.hset(WAITING_KEY, run_id, json.dumps({"at": time.time(), "left_by": left_by}))
+    finally:
+        conn.close()
 
 
 def connect(settings: Settings) -> None:

@@ -38,7 +38,7 @@ _log_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
     "ocrfleet_log_context",
     default=_EMPTY,  # never mutated: every bind sets a new dict
 )
-_state: dict[str, Any] = {"load_models": False, "main_pid": None, "load_s": None}
+_state: dict[str, Any] = {"load_models": False, "main_pid": None, "load_s": None, "run": None}
 _context: Context | None = None
 
 
@@ -56,6 +56,11 @@ def context() -> Context:
 def model_load_seconds() -> float | None:
     """How long this pool process took to load its models (None: it loads none)."""
     return _state["load_s"]
+
+
+def worker_run_id() -> str | None:
+    """The run this pool process reads pages of (None: it loads no models)."""
+    return _state["run"]
 
 
 @contextmanager
@@ -120,7 +125,8 @@ def _on_worker_process_init(**_: Any) -> None:
 
         ctx = context()
         startup_check(ctx.toolkit)  # loads the models, checks devices, one warm-up region
-        log.info("worker runs %s", ctx.run_id)  # registers the run; fails on a wrong pin
+        _state["run"] = ctx.own_run_id  # registers the run; fails on a wrong pin
+        log.info("worker runs %s", _state["run"])
     except Exception:
         log.critical("cannot load the models; stopping this worker", exc_info=True)
         main_pid = _state["main_pid"]

@@ -69,6 +69,11 @@ class _Metrics:
         )
         self.review = Counter("ocrfleet_regions_flagged_total", "Regions sent to review")
         self.failures = Counter("ocrfleet_failures_total", "Pages or documents failed", ["reason"])
+        self.left = Counter(
+            "ocrfleet_left_for_run_total",
+            "Messages of another run put back for a worker of that run (run: 12 hex)",
+            ["run", "task"],
+        )
         self.load = Gauge(
             "ocrfleet_model_load_seconds", "Model load time", multiprocess_mode="livemax"
         )
@@ -88,6 +93,13 @@ def metrics() -> _Metrics:
     if _metrics is None:
         _metrics = _Metrics()
     return _metrics
+
+
+def count_left(run_id: str, task: str) -> None:
+    """One message of run `run_id` put back for a worker of that run (`task`: page or
+    ingest); the label is the run's first 12 hex, as `ocrfleet status` shows it."""
+    if _enabled():
+        metrics().left.labels(run_id[:12], task).inc()
 
 
 def reason_class(reason: str | None) -> str:
@@ -147,7 +159,7 @@ def _on_postrun(
         if isinstance(retval, dict) and retval.get("status") == "failed":
             m.failures.labels(reason_class(retval.get("reason"))).inc()
         return
-    if task.name != routing.PAGE_TASK or not args:
+    if task.name != routing.PAGE_TASK or not args or retval == "left":  # left: not run
         return
     if started is not None:
         m.latency.labels("page").observe(time.monotonic() - started)

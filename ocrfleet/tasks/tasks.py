@@ -3,8 +3,9 @@
 What the wrappers add is delivery policy: count each page delivery in the database and
 fail a poison page; retry transient errors (S3 throttling/5xx, lost database or Redis
 connections) with exponential backoff and full jitter; fail at once, with the reason on
-the row, on anything else; and enqueue page tasks only after the commit that made the
-rows, with ids, never bytes, in the messages.
+the row, on anything else; put work of another run back for a worker of that run; and
+enqueue page tasks only after the commit that made the rows, with ids, never bytes, in the
+messages.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import logging
 from typing import Any
 
 from ocrfleet import service
+from ocrfleet.runs import OtherRun
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.app import app
 from ocrfleet.tasks.base import FleetTask
 from ocrfleet.tasks.lifecycle import context, page_started
 
 log = logging.getLogger(__name__)
+
+# Work of another run goes back to its queue, due this many seconds later: a worker of that
+# run takes it meanwhile, and a fleet with none of them does not spin on it.
+RUN_WAIT_S = 10
 
 
 @app.task(name=routing.INGEST_TASK, bind=True, log_fields=("uri", "document_id"))
@@ -34,8 +40,9 @@ def ingest(
     """Fetch, hash, dedup, validate and split one input, then enqueue its pages.
 
     `document_id` and `run_id` come from `client.submit`, which made the `pending` row:
-    the document is failed with a reason if its input cannot be read, or if this worker's
-    configuration is another run than the submitter's."""
+    the document is failed with a reason if its input cannot be read; if this worker's
+    configuration is another run than the submitter's, the message is left for a worker of
+    the submitter's run."""
     ctx = context()
 
     def give_up(reason: str) -> dict[str, Any]:
@@ -47,10 +54,8 @@ def ingest(
     def work() -> dict[str, Any]:
         routing.check_priority(priority)
         if run_id is not None and run_id != ctx.run_id:
-            return give_up(
-                f"run mismatch: submitted for run {run_id}, this worker runs {ctx.run_id}; "
-                "submitters and workers must share the settings that make run_id"
-            )
+            leave_for_run(self, OtherRun(run_id, ctx.run_id, document_id))
+            return {"document_id": document_id, "status": "left", "run_id": run_id}
         outcome = service.ingest(ctx, uri, priority=priority, metadata=metadata)
         if document_id is not None and outcome.document_id != document_id:
             log.warning("submitted as document %s, ingested as %s", document_id, outcome)
@@ -73,6 +78,25 @@ def ingest(
         }
 
     return self.guard(work, give_up)
+
+
+def leave_for_run(task: FleetTask, other: OtherRun) -> None:
+    """Put this message back on its queue, due RUN_WAIT_S from now, for a worker of its run;
+    say so on the document (`ocrfleet status`), in metrics and in Redis (the scheduler
+    reports runs whose work waits for a worker nobody runs). A publish that fails is a
+    transient error the task's guard retries: the message is never dropped."""
+    from ocrfleet.tasks import heartbeat, monitoring
+
+    log.warning("%s: left for a worker of that run", other)
+    if other.document_id is not None:
+        service.wait_for_run(context(), other.document_id, other.run_id)
+    monitoring.count_left(other.run_id, "page" if task.name == routing.PAGE_TASK else "ingest")
+    try:
+        heartbeat.note_waiting(other.run_id, other.own)
+    except Exception as exc:  # the scheduler's hint only: never in the way of the message
+        log.warning("cannot note the waiting run in Redis: %s", exc)
+    queue = task.request.delivery_info.get("routing_key")
+    task.apply_async(task.request.args, task.request.kwargs, queue=queue, countdown=RUN_WAIT_S)
 
 
 def enqueue_pages(page_ids: list[int], priority: str) -> None:
@@ -99,6 +123,11 @@ def process_page(self: FleetTask, page_id: int) -> str:
         if service.page_cancelled(ctx, page_id):  # cancelled while queued: skip it
             log.info("page %s skipped: its document was cancelled", page_id)
             return "cancelled"
+        try:
+            service.check_page_run(ctx, page_id)  # before counting: waiting is no delivery
+        except OtherRun as other:
+            leave_for_run(self, other)
+            return "left"
         deliveries = service.record_delivery(ctx, page_id)
         # Our own retries are new deliveries too; what is left are crashes (worker
         # killed, hard time limit) and duplicate messages.
