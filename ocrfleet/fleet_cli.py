@@ -51,12 +51,14 @@ def worker(
         str | None, typer.Option(help="this launcher's name on the control channel")
     ] = None,
 ) -> None:
-    """Start and supervise the workers until SIGTERM/SIGINT (warm shutdown)."""
+    """Start and supervise the workers until SIGTERM/SIGINT (warm shutdown); run the
+    fleet's recovery sweeps when this launcher is the one elected (Redis lock)."""
     from ocrfleet.config import get_settings
     from ocrfleet.tasks.app import celery_config
     from ocrfleet.tasks.control import ControlChannel, default_name
     from ocrfleet.tasks.devices import DeviceSpecError, parse_devices
     from ocrfleet.tasks.launcher import Supervisor, plan_children, with_monitoring
+    from ocrfleet.tasks.sweeper import Sweeper
 
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s: %(levelname)s/launcher] %(message)s"
@@ -92,7 +94,13 @@ def worker(
     if scaled:
         name = control_name or default_name("gpu")
         control = ControlChannel(settings.broker_url, name, "gpu", len(specs))
-    raise typer.Exit(Supervisor(specs, control=control).run())
+    # Every launcher is a candidate for the fleet's recovery sweeps; one runs them.
+    sweeper = Sweeper(settings).start()
+    try:
+        code = Supervisor(specs, control=control).run()
+    finally:
+        sweeper.stop()
+    raise typer.Exit(code)
 
 
 def submit(

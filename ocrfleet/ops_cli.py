@@ -99,6 +99,10 @@ def scheduler(
         return
     if settings.scheduler_metrics_port:
         start_http_server(settings.scheduler_metrics_port)
+    if settings.broker_url:  # the recovery sweeps run here too when this one is elected
+        from ocrfleet.tasks.sweeper import Sweeper
+
+        Sweeper(settings).start()
     loop.run()
 
 
@@ -169,28 +173,34 @@ def explain(
 
 
 def beat(
-    schedule: Annotated[
-        Path, typer.Option(help="beat's state file (last run of each sweep)")
-    ] = Path("celerybeat-schedule"),
     loglevel: Annotated[str, typer.Option(help="log level")] = "info",
+    schedule: Annotated[
+        Path | None, typer.Option(hidden=True, help="ignored: the sweeps' last runs live in Redis")
+    ] = None,
 ) -> None:
-    """Send the recovery sweeps on their schedule; one beat per fleet sends (Redis lock)."""
-    from celery.apps.beat import Beat
+    """Run the recovery sweeps alone. Optional: every `ocrfleet worker` and `ocrfleet
+    scheduler` runs them already; one process per fleet runs them (Redis lock)."""
+    import signal
 
     from ocrfleet.config import get_settings
-    from ocrfleet.tasks.app import create_app
+    from ocrfleet.tasks.sweeper import Sweeper
 
+    del schedule
+    logging.basicConfig(
+        level=loglevel.upper(), format="[%(asctime)s: %(levelname)s/sweeper] %(message)s"
+    )
     settings = get_settings()
     if not settings.broker_url:
-        typer.echo("error: OCRFLEET_BROKER_URL is not set: beat sends to the broker", err=True)
+        typer.echo("error: OCRFLEET_BROKER_URL is not set: the sweeps need the broker", err=True)
         raise typer.Exit(2)
-    Beat(
-        app=create_app(settings),
-        scheduler="ocrfleet.tasks.beat:LockedScheduler",
-        schedule=str(schedule),
-        loglevel=loglevel.upper(),
-        max_interval=5,
-    ).run()
+    sweeper = Sweeper(settings)
+    signal.signal(signal.SIGTERM, lambda *_: sweeper.stop())
+    try:
+        sweeper.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sweeper.stop()
 
 
 def retry(

@@ -19,6 +19,7 @@ workers: it imports nothing of the worker runtime. Workers start from
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Any
 
@@ -26,8 +27,7 @@ from celery import Celery
 from celery.signals import before_task_publish
 
 from ocrfleet.config import Settings, get_settings
-from ocrfleet.tasks import routing
-from ocrfleet.tasks.schedule import beat_schedule
+from ocrfleet.tasks import broker, routing
 
 # The pool waits this long for a new child to report up; the child loads the models first.
 MODEL_LOAD_TIMEOUT_S = 900.0
@@ -54,6 +54,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         )
     return {
         "broker_url": settings.broker_url,
+        "broker_transport": broker.TRANSPORT,  # a requeued message goes to the head
+        # The transport named above takes no TLS hint from a rediss:// URL: verify the peer.
+        "broker_use_ssl": (
+            {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+            if (settings.broker_url or "").startswith("rediss://")
+            else None
+        ),
         "result_backend": settings.result_backend,
         "task_ignore_result": True,  # the database is the record, not the result backend
         "broker_connection_retry_on_startup": True,
@@ -104,7 +111,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_log_format": (
             "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s%(log_context)s"
         ),
-        "beat_schedule": beat_schedule(settings),
         "worker_task_log_format": (
             "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s%(log_context)s"
         ),
@@ -126,7 +132,6 @@ def create_app(settings: Settings) -> Celery:
             "ocrfleet",
             include=[
                 "ocrfleet.tasks.tasks",
-                "ocrfleet.tasks.sweep_tasks",
                 "ocrfleet.tasks.webhooks",
             ],
             task_cls="ocrfleet.tasks.base:FleetTask",

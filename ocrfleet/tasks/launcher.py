@@ -140,7 +140,7 @@ def _role_children(
     include: Sequence[str],
     events: bool,
 ) -> list[ChildSpec]:
-    queues = [routing.SWEEP_QUEUE, *routing.consume_order(roles)]
+    queues = routing.consume_order(roles)
     if "gpu" not in roles:
         processes = concurrency or os.cpu_count() or 1
         argv = celery_argv(
@@ -204,12 +204,17 @@ class _Child:
     stopping: bool = False  # asked to stop by the control channel
 
 
+try:  # imported here, not between fork and exec: the launcher runs the sweeper thread too
+    from billiard.util import set_pdeathsig
+except ImportError:  # pragma: no cover - billiard comes with celery
+    set_pdeathsig = None
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: get SIGTERM (a warm shutdown) if the launcher dies."""
     try:
-        from billiard.util import set_pdeathsig
-
-        set_pdeathsig(signal.SIGTERM)
+        if set_pdeathsig is not None:
+            set_pdeathsig(signal.SIGTERM)
     except Exception:  # not Linux: the child just outlives a killed launcher
         pass
 

@@ -12,7 +12,7 @@ worker its own port: base + slot):
 
 Recorded per page: pages and regions processed, latency by stage (queue wait, the page
 task, the ingest task), the scores written and the share of regions sent to review,
-failures by reason, the model load time and the device memory in use.
+failures and rejected inputs by reason, the model load time and the device memory in use.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class _Metrics:
             "Messages of another run put back for a worker of that run (run: 12 hex)",
             ["run", "task"],
         )
+        self.rejections = Counter("ocrfleet_rejections_total", "Inputs rejected", ["reason"])
         self.load = Gauge(
             "ocrfleet_model_load_seconds", "Model load time", multiprocess_mode="livemax"
         )
@@ -134,6 +135,12 @@ def _on_process_init(**_: Any) -> None:
         metrics().load.set(load)
 
 
+_QUEUE_WAIT_STAGES = {
+    routing.PAGE_TASK: "queue_wait_page",
+    routing.INGEST_TASK: "queue_wait_ingest",
+}
+
+
 def _on_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
     if not _enabled() or task is None:
         return
@@ -141,8 +148,8 @@ def _on_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
     sent_at = getattr(task.request, SENT_AT_HEADER, None)
     if sent_at is None:
         sent_at = (getattr(task.request, "headers", None) or {}).get(SENT_AT_HEADER)
-    if sent_at is not None:
-        stage = "queue_wait_page" if task.name == routing.PAGE_TASK else "queue_wait_ingest"
+    stage = _QUEUE_WAIT_STAGES.get(task.name)
+    if sent_at is not None and stage is not None:  # a webhook's wait is the receiver's
         metrics().latency.labels(stage).observe(max(0.0, time.time() - float(sent_at)))
 
 
@@ -158,6 +165,8 @@ def _on_postrun(
             m.latency.labels("ingest").observe(time.monotonic() - started)
         if isinstance(retval, dict) and retval.get("status") == "failed":
             m.failures.labels(reason_class(retval.get("reason"))).inc()
+        if isinstance(retval, dict) and retval.get("status") == "rejected":
+            m.rejections.labels(reason_class(retval.get("reason"))).inc()
         return
     if task.name != routing.PAGE_TASK or not args or retval == "left":  # left: not run
         return

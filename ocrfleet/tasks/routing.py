@@ -18,9 +18,6 @@ PRIORITIES: tuple[str, ...] = ("high", "normal")
 
 INGEST_TASK = "ocrfleet.ingest"
 PAGE_TASK = "ocrfleet.process_page"
-SWEEP_TASK = "ocrfleet.sweep"
-# Recovery sweeps (ocrfleet.tasks.sweeps): every worker takes them before anything else.
-SWEEP_QUEUE = "sweeps"
 WEBHOOK_TASK = "ocrfleet.webhook"
 # Webhook deliveries wait on tenants' receivers: a queue of their own, consumed by a worker
 # that takes nothing else, so a slow receiver never holds up an upload or a page.
@@ -67,13 +64,12 @@ def consume_order(roles: Iterable[str]) -> list[str]:
 def task_queues() -> list[Queue]:
     """Plain direct queues (exchange and routing key = the queue's name), as Celery
     declares them itself: a message sent before any worker exists still lands."""
-    names = [name for pair in ROLES.values() for name in pair] + [SWEEP_QUEUE, WEBHOOK_QUEUE]
+    names = [name for pair in ROLES.values() for name in pair] + [WEBHOOK_QUEUE]
     return [Queue(name) for name in names]
 
 
 TASK_ROUTES = {
     INGEST_TASK: {"queue": "ingest"},
     PAGE_TASK: {"queue": "gpu"},
-    SWEEP_TASK: {"queue": SWEEP_QUEUE},
     WEBHOOK_TASK: {"queue": WEBHOOK_QUEUE},
 }

@@ -1,5 +1,5 @@
-"""Recovery sweeps: find work the fleet lost track of and put it back. Run by Celery beat
-(`ocrfleet beat`, schedule in `ocrfleet.tasks.schedule`), one beat per fleet.
+"""Recovery sweeps: find work the fleet lost track of and put it back. Run by the one
+elected `ocrfleet.tasks.sweeper.Sweeper` of the fleet, each on its period.
 
 - **orphans**: a worker's main process that dies by SIGKILL (OOM, host crash) leaves the
   messages it held in Redis' `unacked` hash, where kombu would restore them only after the
@@ -183,12 +183,17 @@ def _to_head(conn: redis.Redis, queue: str, task_id: str) -> None:
     conn.eval(script, 1, queue, task_id)
 
 
-def requeue_lost(settings: Settings, now: float | None = None) -> dict[str, list[int]]:
-    """Enqueue pending pages and documents that no message refers to any more."""
+def requeue_lost(
+    settings: Settings, now: float | None = None, lost_after_s: float | None = None
+) -> dict[str, list[int]]:
+    """Enqueue pending pages and documents that no message refers to any more and that
+    have not moved for `lost_after_s` (default `sweep_lost_after_s`)."""
     from ocrfleet.tasks.app import create_app
 
     now_dt = datetime.fromtimestamp(time.time() if now is None else now, UTC)
-    before = now_dt - timedelta(seconds=settings.sweep_lost_after_s)
+    if lost_after_s is None:
+        lost_after_s = settings.sweep_lost_after_s
+    before = now_dt - timedelta(seconds=lost_after_s)
     doc, page = models.Document, models.Page
     with session_scope(settings.database_url) as session:
         pages = session.execute(

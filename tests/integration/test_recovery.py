@@ -1,5 +1,6 @@
-"""Recovery sweeps with the real fleet: a worker's main process SIGKILLed mid-page, a Redis
-that lost its messages, a submit while the broker was down."""
+"""Recovery with the real fleet and nothing but its workers: a worker's main process SIGKILLed
+mid-page, a message put back at the head of its queue, a Redis that lost its messages, a
+submit while the broker was down, the sweepers' election."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from ocrfleet import client
 from ocrfleet.db.session import get_engine
 from ocrfleet.service import Context
 from ocrfleet.service import ingest as ingest_in_process
-from ocrfleet.tasks.beat import LOCK_KEY
+from ocrfleet.tasks import routing
+from ocrfleet.tasks.app import create_app
+from ocrfleet.tasks.sweeper import LOCK_KEY, Sweeper
 from ocrfleet.tasks.sweeps import (
     expire_page_images,
     ingest_intake,
@@ -32,7 +35,6 @@ from tests.integration.fleet_helpers import (
     make_document,
     queue_depths,
     rows,
-    running_beat,
     scalar,
     settings_from,
     start_workers,
@@ -73,24 +75,24 @@ def test_main_process_killed_mid_page_everything_completes_within_two_minutes(
     victim = hashlib.sha256(blobs[1]).hexdigest()
     (kill_dir / f"crash-{victim}-2").touch()
 
-    with running_beat(env, tmp_path):
-        workers = start_workers(env, tmp_path / "workers.log", devices="cpu:2", include=[HOOKS])
-        started.append(workers)
-        ids = [client.submit(blob, settings=settings) for blob in blobs]
-        record = kill_dir / f"killed-crash-{victim}-2"
-        deadline = time.monotonic() + 300
-        while not record.exists():
-            assert time.monotonic() < deadline, workers.log_tail()
-            time.sleep(0.2)
-        killed_at = time.monotonic()
-        # The page's message is stranded in `unacked` by the dead main process.
-        conn = redis.Redis.from_url(env["OCRFLEET_BROKER_URL"])
-        time.sleep(1)
-        assert conn.hlen("unacked") >= 1
+    workers = start_workers(env, tmp_path / "workers.log", devices="cpu:2", include=[HOOKS])
+    started.append(workers)
+    ids = [client.submit(blob, settings=settings) for blob in blobs]
+    record = kill_dir / f"killed-crash-{victim}-2"
+    deadline = time.monotonic() + 300
+    while not record.exists():
+        assert time.monotonic() < deadline, workers.log_tail()
+        time.sleep(0.2)
+    killed_at = time.monotonic()
+    # The page's message is stranded in `unacked` by the dead main process.
+    conn = redis.Redis.from_url(env["OCRFLEET_BROKER_URL"])
+    time.sleep(1)
+    assert conn.hlen("unacked") >= 1
 
-        states = wait_finished(ids, settings, timeout=120, workers=workers)
-        print(f"every document finished {time.monotonic() - killed_at:.1f}s after the kill")
-        assert conn.get(LOCK_KEY) is not None  # this fleet's one beat holds the lock
+    states = wait_finished(ids, settings, timeout=120, workers=workers)
+    print(f"every document finished {time.monotonic() - killed_at:.1f}s after the kill")
+    # No `ocrfleet beat`: the launcher's sweeper was elected and requeued the message.
+    assert conn.get(LOCK_KEY) is not None
 
     assert [s.status.value for s in states] == ["done"] * 4, [s.reason for s in states]
     assert_written_once(url)
@@ -102,6 +104,58 @@ def test_main_process_killed_mid_page_everything_completes_within_two_minutes(
     )
     assert crashed == 2  # the delivery count was kept across the requeue
     assert "requeued orphaned message" in workers.log_tail(500_000)
+
+
+def test_a_message_put_back_by_a_worker_goes_to_the_head_of_its_queue(
+    env: dict[str, str],
+) -> None:
+    """What a pool process killed mid-page causes (`task_reject_on_worker_lost`): the
+    consumer rejects the message with requeue, and it must run next, not after the backlog."""
+    app = create_app(settings_from(env))
+    conn = redis.Redis.from_url(env["OCRFLEET_BROKER_URL"])
+    for page_id in (1, 2, 3):
+        app.send_task(routing.PAGE_TASK, args=[page_id], queue="gpu")
+    with app.connection_for_read() as connection:
+        queue = app.amqp.queues["gpu"](connection.default_channel)
+        message = queue.get(no_ack=False)  # taken from the head: the oldest
+        assert message is not None and message.decode()[0] == [1]  # (args, kwargs, embed)
+        assert conn.hlen("unacked") == 1
+        message.reject(requeue=True)
+    assert conn.hlen("unacked") == 0
+    queued = [json.loads(raw) for raw in conn.lrange("gpu", 0, -1)]
+    # The head is the right end (workers BRPOP): page 1 is next again, redelivered.
+    assert [message_refs(m)[1] for m in queued] == [3, 2, 1]
+    assert queued[-1]["headers"]["redelivered"] is True
+
+
+def test_one_sweeper_is_elected_and_a_broker_that_lost_its_data_is_swept_at_once(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    settings = settings_from(env)  # sweep_lost_after_s: the default two minutes
+    conn = redis.Redis.from_url(env["OCRFLEET_BROKER_URL"])
+    first, second = Sweeper(settings), Sweeper(settings)
+    try:
+        assert set(first.tick()) == {"orphans", "lost", "retention"}  # all due at start
+        assert second.tick() == {} and (first.held, second.held) == (True, False)
+        assert first.tick() == {}  # nothing due again within its period
+
+        # Pending pages with no message, younger than sweep_lost_after_s: left alone...
+        source = tmp_path / "split.pdf"
+        source.write_bytes(make_document(870, 2))
+        outcome = ingest_in_process(Context(settings), str(source))
+        assert first.tick() == {}
+        # ...until the broker loses its data (the lock with it): the next sweeper to take
+        # the lock notices the epoch marker is gone and re-sends them at once.
+        conn.flushdb()
+        swept = second.tick()
+        assert second.held
+        assert sorted(swept["lost"]["pages"]) == sorted(outcome.page_ids)
+        assert queue_depths(env["OCRFLEET_BROKER_URL"])["gpu"] == 2
+        assert first.tick() == {} and not first.held
+    finally:
+        first.stop()
+        second.stop()
+    assert conn.get(LOCK_KEY) is None  # released on stop: a standby takes over at once
 
 
 def test_lost_messages_and_a_submit_while_the_broker_was_down_are_requeued(

@@ -111,7 +111,7 @@ def test_plan_one_pinned_child_per_device(monkeypatch: pytest.MonkeyPatch) -> No
         argv = child.argv
         assert child.env == {"CUDA_VISIBLE_DEVICES": visible}
         assert argv[argv.index("--hostname") + 1] == f"{child.name}@%h"
-        assert argv[argv.index("--queues") + 1] == "sweeps,gpu.high,gpu"
+        assert argv[argv.index("--queues") + 1] == "gpu.high,gpu"
         assert argv[argv.index("--concurrency") + 1] == "1"
         assert argv[argv.index("--pool") + 1] == "prefork"
         assert argv[argv.index("--include") + 1] == "my.hooks"
@@ -126,7 +126,7 @@ def test_plan_ingest_only_is_one_cpu_pool() -> None:
     assert child.name == "ingest"
     assert child.env == {"CUDA_VISIBLE_DEVICES": ""}
     assert child.argv[child.argv.index("--concurrency") + 1] == "3"
-    assert child.argv[child.argv.index("--queues") + 1] == "sweeps,ingest.high,ingest"
+    assert child.argv[child.argv.index("--queues") + 1] == "ingest.high,ingest"
 
 
 def test_supervisor_gives_up_on_a_child_that_keeps_dying() -> None:
