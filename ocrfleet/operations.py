@@ -32,7 +32,7 @@ from ocrfleet.scheduler.signals import (
     worker_signals,
 )
 from ocrfleet.tasks import routing
-from ocrfleet.tasks.heartbeat import WORKER_PREFIX
+from ocrfleet.tasks.heartbeat import ready_key
 from ocrfleet.tasks.sweeps import message_refs
 
 
@@ -69,7 +69,7 @@ class _Fleet:
     messages: dict[tuple[str, int], _Message] = field(default_factory=dict)
     waiting: dict[str, int] = field(default_factory=dict)  # queue -> messages in it
     workers: list[WorkerSignal] = field(default_factory=list)
-    runs: dict[str, str] = field(default_factory=dict)  # hostname -> its run, if it says
+    runs: dict[str, str] = field(default_factory=dict)  # hostname -> the run it reads pages of
 
 
 def _read_fleet(conn: redis.Redis) -> _Fleet:
@@ -98,9 +98,9 @@ def _read_fleet(conn: redis.Redis) -> _Fleet:
         else:
             found = _Message(queue, orphaned=True)
         fleet.messages[(task, int(ref))] = found
-    if fleet.workers:  # the run each worker serves, where its heartbeat names it
-        beats = conn.mget([f"{WORKER_PREFIX}{w.hostname}" for w in fleet.workers])
-        for worker, raw in zip(fleet.workers, beats, strict=True):
+    if fleet.workers:  # the run each worker reads pages of, as its pool published it
+        ready = conn.mget([ready_key(w.hostname) for w in fleet.workers])
+        for worker, raw in zip(fleet.workers, ready, strict=True):
             run = json.loads(raw).get("run_id") if raw else None
             if run:
                 fleet.runs[worker.hostname] = str(run)
@@ -155,10 +155,7 @@ def _diagnose(
         theirs = ", ".join(sorted(r[:12] for r in runs if r))
         return where, f"waiting for a worker of run {run_id[:12]} (live workers run {theirs})"
     waiting = fleet.waiting.get(message.queue, 0)
-    return (
-        where,
-        f"waiting with {waiting} message(s) in {message.queue} for {len(consumers)} live worker(s)",
-    )
+    return where, f"one of {waiting} message(s) waiting for {len(consumers)} live worker(s)"
 
 
 def stuck(settings: Settings, older_than_s: float, now: float | None = None) -> list[StuckItem]:

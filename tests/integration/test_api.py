@@ -16,6 +16,7 @@ import pytest
 from lxml import etree
 
 from ocrfleet import client, webhooks
+from ocrfleet.scheduler.signals import database_signals
 from ocrfleet.storage import open_store
 from tests.integration.fleet_helpers import (
     Workers,
@@ -299,6 +300,9 @@ def test_cancel_mid_document(fleet: Fleet, receiver: Receiver) -> None:
     started_at_cancel = {
         n for (n,) in rows(url, "SELECT number FROM pages WHERE deliveries > 0")
     }
+    # The cancel closed every page left, in its own transaction: no backlog from now on.
+    assert scalar(url, "SELECT count(*) FROM pages WHERE status = 'pending'") == 0
+    assert database_signals(url, time.time())["pending_pages"] == {"high": 0, "normal": 0}
 
     # Wait for the fleet to go idle: every queued page message consumed.
     deadline = time.monotonic() + 120
@@ -312,12 +316,17 @@ def test_cancel_mid_document(fleet: Fleet, receiver: Receiver) -> None:
     started = {n for (n,) in rows(url, "SELECT number FROM pages WHERE deliveries > 0")}
     # At most the page a worker had already checked when the cancel landed starts later.
     assert len(started - started_at_cancel) <= 1, (started, started_at_cancel)
-    skipped = [p for p in state["page_states"] if p["status"] == "cancelled"]
+    # Pages running when the cancel landed finished and count; the others stay cancelled.
+    skipped = {p["number"] for p in state["page_states"] if p["status"] == "cancelled"}
+    done = {p["number"] for p in state["page_states"] if p["status"] == "done"}
+    assert skipped | done == set(range(1, pages + 1)), state
+    assert len(done) == state["pages"]["done"] >= 1
     assert len(skipped) >= pages - len(started_at_cancel) - 1 >= 1
-    assert {p["number"] for p in skipped}.isdisjoint(started)
+    assert len(skipped & started) <= 1  # the page checked just before the cancel, if any
     assert "skipped: its document was cancelled" in fleet.workers.log_tail(200_000)
     # One webhook (after the 500 on the first attempt), for the cancellation.
     calls = receiver.wait(2)
     assert [json.loads(body)["status"] for _, body in calls] == ["cancelled", "cancelled"]
     time.sleep(1.0)
     assert len(receiver.calls) == 2
+    assert json.loads(ocrfleet_cli(fleet.env, "status", "--stuck", "--age", "0", "--json")) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from ocrfleet.db import models
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines, session_scope
 from ocrfleet.ir import DocumentStatus, PageStatus
+from ocrfleet.operations import _diagnose, _Fleet, _Message
+from ocrfleet.scheduler.signals import WorkerSignal
 from ocrfleet.service import Context, fail_page
 
 RUN = "r" * 64
@@ -177,6 +180,48 @@ def _page_id(url: str, doc_id: int, number: int) -> int:
                 models.Page.document_id == doc_id, models.Page.number == number
             )
         ).one()
+
+
+def test_every_stuck_row_says_why() -> None:
+    since = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
+    ours, theirs = "a" * 64, "b" * 64
+
+    def why(fleet: _Fleet | None, message: _Message | None, run: str = ours) -> tuple[str, str]:
+        return _diagnose(fleet, message, run, since, lost_s=300)
+
+    def worker(name: str, queue: str) -> WorkerSignal:
+        return WorkerSignal(hostname=name, queues=[queue], age_s=1, load_s=None, busy=False)
+
+    assert why(None, None) == ("no broker", "OCRFLEET_BROKER_URL is not set: no fleet runs it")
+    idle = _Fleet(waiting={"gpu": 3}, workers=[worker("w1", "gpu")], runs={"w1": ours})
+    assert why(idle, None) == (
+        "no message",
+        "no message refers to it: the lost-work sweep re-enqueues it once it is 300s old",
+    )
+    assert why(idle, _Message("gpu", orphaned=True)) == (
+        "unacked from gpu, held by no live worker",
+        "its worker stopped heartbeating: the orphan sweep requeues it",
+    )
+    assert why(idle, _Message("gpu", "w1", started=True)) == (
+        "running on w1",
+        "running on w1 since 2026-12-02 09:30:00Z",
+    )
+    assert why(idle, _Message("gpu", "w1"))[1] == "reserved by w1, which has not started it yet"
+    assert why(idle, _Message("gpu.high")) == (
+        "queued in gpu.high",
+        "no live worker consumes gpu.high",
+    )
+    assert why(idle, _Message("gpu")) == (
+        "queued in gpu",
+        "one of 3 message(s) waiting for 1 live worker(s)",
+    )
+    assert why(idle, _Message("gpu"), run=theirs) == (
+        "queued in gpu",
+        f"waiting for a worker of run {theirs[:12]} (live workers run {ours[:12]})",
+    )
+    # A worker that reads no pages (ingest) names no run: it takes any document.
+    ingest = _Fleet(waiting={"ingest": 1}, workers=[worker("i1", "ingest")])
+    assert why(ingest, _Message("ingest"), run=theirs)[1].startswith("one of 1 message(s)")
 
 
 @pytest.fixture
