@@ -22,15 +22,21 @@ def api(
     workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
-    """Serve the HTTP API (OpenAPI docs at /docs) until SIGTERM/SIGINT."""
+    """Serve the HTTP API (OpenAPI docs at /docs) until SIGTERM/SIGINT. With --workers N
+    above 1, /metrics sums the N processes (metric files under OCRFLEET_CACHE_DIR)."""
+    import os
+
     import uvicorn
 
+    from ocrfleet.api.metrics import MULTIPROC_ENV, multiprocess_dir
     from ocrfleet.config import get_settings
 
     settings = get_settings()
     if not settings.broker_url:
         typer.echo("error: OCRFLEET_BROKER_URL is not set: the API submits to a fleet", err=True)
         raise typer.Exit(2)
+    if workers > 1 and not os.environ.get(MULTIPROC_ENV):  # inherited by the workers
+        os.environ[MULTIPROC_ENV] = str(multiprocess_dir(settings.cache_dir, port))
     uvicorn.run(
         "ocrfleet.api.app:create_app",
         factory=True,

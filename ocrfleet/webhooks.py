@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter
 from sqlalchemy import event, func, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -47,6 +48,19 @@ SIGNATURE_HEADER = "X-Ocrfleet-Signature"
 FLEET_KEY_ID = "fleet"  # the `kid` of callbacks signed with OCRFLEET_WEBHOOK_SECRET
 REVIEWED = "reviewed"  # the event of a review that changed a document's text
 RESULT_FORMATS = ("text", "json", "markdown", "hocr", "alto", "pdf")
+
+# Counted by the process that delivers (the `webhooks` worker child, whose /metrics merges
+# its processes); `event` is the document's terminal status or `reviewed`.
+DELIVERIES = Counter(
+    "ocrfleet_webhook_deliveries",
+    "Webhooks that ended: delivered (a 2xx), gave_up (out of attempts) or refused (never sent)",
+    ["event", "outcome"],
+)
+FAILURES = Counter(
+    "ocrfleet_webhook_failures",
+    "Attempts without a 2xx: http_4xx, http_5xx, timeout, connection or refused",
+    ["event", "outcome"],
+)
 
 
 def check_url(
@@ -349,6 +363,7 @@ def deliver(
     final = delivered or attempt >= settings.webhook_max_attempts or (
         error is not None and error.startswith("refused")
     )
+    _count(str(event_name), delivered, final, status_code, error)
     with session_scope(settings.database_url) as session:
         session.add(
             models.Delivery(
@@ -368,6 +383,25 @@ def deliver(
                 .values(callback_state="delivered" if delivered else "gave_up")
             )
     return Attempt(attempt, delivered, final, status_code, error)
+
+
+def _count(
+    event_name: str, delivered: bool, final: bool, status_code: int | None, error: str | None
+) -> None:
+    refused = error is not None and error.startswith("refused")
+    if not delivered:
+        if status_code is not None:
+            failure = f"http_{status_code // 100}xx"
+        elif refused:
+            failure = "refused"
+        elif error is not None and error.startswith("DeadlineExceeded"):
+            failure = "timeout"
+        else:
+            failure = "connection"
+        FAILURES.labels(event_name, failure).inc()
+    if final:
+        outcome = "delivered" if delivered else "refused" if refused else "gave_up"
+        DELIVERIES.labels(event_name, outcome).inc()
 
 
 def backoff_s(settings: Settings, attempt: int) -> float:

@@ -9,7 +9,6 @@ an upload is spooled by the multipart parser, then hashed and streamed to the st
 # No `from __future__ import annotations` here: FastAPI reads the routes' annotations, and
 # `Tenant` is local to create_app, where a postponed name would not resolve.
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime
@@ -20,13 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
@@ -34,6 +27,7 @@ from ocrfleet import client, ir, states
 from ocrfleet.api import inputs
 from ocrfleet.api.keys import KeyCache
 from ocrfleet.api.limits import BodyLimit, RateLimiter
+from ocrfleet.api.metrics import ApiMetrics, Measure
 from ocrfleet.config import Settings, get_settings
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
@@ -105,50 +99,11 @@ def one_line(exc: RequestValidationError) -> str:
     return "; ".join(parts).replace("\n", " ") or "invalid request"
 
 
-class Measure:
-    """ASGI middleware counting requests and timing them per route template (a plain ASGI
-    wrapper: Starlette's BaseHTTPMiddleware costs more than a status lookup does)."""
-
-    def __init__(self, app: Any, requests: Counter, latency: Histogram) -> None:
-        self.app, self.requests, self.latency = app, requests, latency
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = [500]
-
-        async def send_status(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
-            self.requests.labels(scope["method"], route, str(status[0])).inc()
-            self.latency.labels(scope["method"], route).observe(time.perf_counter() - started)
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     keys = KeyCache()
     limiter = RateLimiter(settings.api_rate_per_s, settings.api_rate_burst)
-    registry = CollectorRegistry()
-    requests = Counter(
-        "ocrfleet_api_requests",
-        "HTTP API requests by route and status",
-        ["method", "route", "status"],
-        registry=registry,
-    )
-    latency = Histogram(
-        "ocrfleet_api_request_seconds",
-        "HTTP API request latency",
-        ["method", "route"],
-        registry=registry,
-    )
+    api_metrics = ApiMetrics(settings.database_url)
 
     @asynccontextmanager
     async def warm(_app: FastAPI) -> AsyncIterator[None]:
@@ -188,7 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
-    app.add_middleware(Measure, requests=requests, latency=latency)
+    app.add_middleware(Measure, metrics=api_metrics)
     app.add_middleware(BodyLimit, limit=settings.api_max_upload_bytes)
 
     # Each route opens its own short session: a session held by a yield dependency for the
@@ -249,7 +204,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(api_metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/documents", status_code=202)
     def submit(

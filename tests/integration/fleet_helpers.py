@@ -203,14 +203,16 @@ def running_beat(env: dict[str, str], directory: Path) -> Iterator[subprocess.Po
 
 
 @contextlib.contextmanager
-def api_process(env: dict[str, str], log_path: Path, timeout: float = 90) -> Iterator[str]:
-    """`ocrfleet api` for the fleet of `env` on a free port, logging to `log_path`: its base
-    URL once it answers (the log's tail if it exits or is still silent after `timeout`
-    seconds), stopped afterwards."""
+def api_process(
+    env: dict[str, str], log_path: Path, timeout: float = 90, args: Iterable[str] = ()
+) -> Iterator[str]:
+    """`ocrfleet api [ARGS]` for the fleet of `env` on a free port, logging to `log_path`:
+    its base URL once it answers (the log's tail if it exits or is still silent after
+    `timeout` seconds), stopped afterwards."""
     port = free_port()
     with open(log_path, "ab") as log:
         api = subprocess.Popen(
-            [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port)],
+            [sys.executable, "-m", "ocrfleet.cli", "api", "--port", str(port), *args],
             cwd=REPO,
             env=process_env(env),
             stdout=log,
