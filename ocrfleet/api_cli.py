@@ -122,7 +122,7 @@ def keys_revoke(key_id: Annotated[int, typer.Argument(help="the id `keys add` pr
 
 def cancel(doc: Annotated[int, typer.Argument(help="document id")]) -> None:
     """Cancel a document: queued pages are skipped, running ones finish."""
-    from ocrfleet import client
+    from ocrfleet import client, ir
 
     try:
         state = client.cancel(doc)
@@ -130,7 +130,7 @@ def cancel(doc: Annotated[int, typer.Argument(help="document id")]) -> None:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     typer.echo(f"{state.id}\t{state.status.value}")
-    if state.status.value != "cancelled":
+    if state.status != ir.DocumentStatus.cancelled:
         raise typer.Exit(1)
 
 

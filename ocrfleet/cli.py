@@ -113,6 +113,7 @@ def run(
     from ocrfleet.pipeline.rules import RulesError
     from ocrfleet.report import document_summaries
     from ocrfleet.service import Context, ingest, record_unreadable, run_page
+    from ocrfleet.states import SUCCEEDED
     from ocrfleet.storage import StorageError
     from ocrfleet.storage.local import storable_uri
 
@@ -164,7 +165,7 @@ def run(
         rows = document_summaries(session, [o.document_id for o in outcomes])
     names = [display_uri(str(p)) for p in inputs]
     _print_summary(rows, names, skipped, as_json)
-    if any(row.status not in ("done", "reviewed") for row in rows):
+    if any(row.status not in SUCCEEDED for row in rows):
         raise typer.Exit(errors.EXIT_FAILED)
 
 
@@ -262,6 +263,7 @@ def results(
     from ocrfleet.db.session import session_scope
     from ocrfleet.formats import FORMATS, render_document
     from ocrfleet.report import document_summaries, resolve_document
+    from ocrfleet.states import SUCCEEDED
     from ocrfleet.storage import open_store
 
     if fmt not in FORMATS:
@@ -280,7 +282,7 @@ def results(
     elif data:
         sys.stdout.buffer.write(data if data.endswith(b"\n") or fmt == "pdf" else data + b"\n")
         sys.stdout.flush()
-    if summary.status not in ("done", "reviewed"):
+    if summary.status not in SUCCEEDED:
         console.print(
             f"document {document_id} is {summary.status}"
             + "".join(f"\n  {reason}" for reason in summary.reasons),

@@ -30,7 +30,7 @@ from typing import Any
 import redis
 from sqlalchemy import select
 
-from ocrfleet import ir
+from ocrfleet import ir, states
 from ocrfleet.config import Settings, get_settings
 from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
@@ -286,8 +286,7 @@ def expire_page_images(settings: Settings, now: float | None = None) -> int:
         return 0
     now_dt = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     doc, page = models.Document, models.Page
-    terminal = [s.value for s in (ir.DocumentStatus.done, ir.DocumentStatus.partial)]
-    terminal += [ir.DocumentStatus.failed.value, ir.DocumentStatus.rejected.value]
+    terminal = [s.value for s in states.TERMINAL]
     with session_scope(settings.database_url) as session:
         uris = session.scalars(
             select(page.image_uri)
