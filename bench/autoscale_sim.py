@@ -1,13 +1,16 @@
 """Replay arrival traces through the real scaling policy against static fleets.
 
-Three traces of documents (Poisson arrivals, 1 to 8 pages each, one in five `high`):
-steady, diurnal (a day compressed into 4 h: night near zero, a midday peak), and a spike
-(2 h at the base rate with 10x the rate for 5 minutes in the middle). Each is replayed
+Four traces of documents (Poisson arrivals, 1 to 8 pages each, one in five `high`):
+steady, diurnal (a day compressed into 4 h: night near zero, a midday peak), a spike
+(2 h at the base rate with 10x the rate for 5 minutes in the middle) and a burst (nothing,
+then 50 workers' worth of pages for 2 minutes, then nothing for an hour). Each is replayed
 through `ocrfleet.scheduler.policy.decide` (the code the scheduler runs, ticking every
-`scale_interval_s`) with a worker model: a worker serves one page at a time in
-1/RATE seconds, is useful STARTUP seconds after it was started, and a stopped worker
-finishes its page first (warm shutdown). It is compared with two static fleets: one sized
-for the trace's peak (the highest 5-minute page arrival rate) and one for its mean.
+`scale_interval_s`) with a worker model: a worker serves one page at a time, 19 pages in
+20 in S seconds and one in 10 S (a mean of 1/RATE), is useful STARTUP seconds after it was
+started, and a stopped worker finishes its page first (warm shutdown). The policy sees what
+the scheduler sees: pages created, pages finished and pages running at each tick, and
+measures the rates from them. It is compared with two static fleets: one sized for the
+trace's peak (the highest 5-minute page arrival rate) and one for its mean.
 
 RATE and STARTUP are measured on this machine (`--measure`, numbers below): one real
 `ocrfleet worker --queues gpu --devices cpu:1` on real pages at the default DPI against
@@ -17,7 +20,12 @@ its pool process loaded the models, RATE is pages/s over a backlog of real pages
 Per trace and fleet it prints the p95 and max wait (arrival -> a worker starts the page)
 per priority, the max backlog, worker-seconds and, for the policy, the scale direction
 changes. The SLO is held when the p95 wait of each priority is within its SLO
-(`OCRFLEET_SLO_HIGH_S`, `OCRFLEET_SLO_NORMAL_S`). The last line is
+(`OCRFLEET_SLO_HIGH_S`, `OCRFLEET_SLO_NORMAL_S`). For the policy it also prints the largest
+desired / needed ratio of its scale-ups, needed being what the backlog and the trace's
+true arrival rate need at the true worker rate (the same `need_of`); it must stay <= 2.
+For the burst it prints the time to drain and the time from the drain (the last page
+finished) to the pool at its minimum, against the documented bound
+(`PoolParams.idle_wait_s` plus two ticks). The last line is
 `ratio worker-seconds policy/peak: X.XX` for the worst trace.
 
     python bench/autoscale_sim.py            # replay with the recorded measurements
@@ -40,7 +48,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ocrfleet.config import Settings  # noqa: E402
-from ocrfleet.scheduler.policy import Demand, PoolParams, PoolState, decide, pool_params  # noqa: E402
+from ocrfleet.scheduler.policy import (  # noqa: E402
+    Demand,
+    PoolParams,
+    PoolState,
+    decide,
+    need_of,
+    pool_params,
+)
 
 # Measured with `python bench/autoscale_sim.py --measure` on this machine on 2026-12-01:
 # 2 cores shared with five other test runs (load average ~20), one cpu:1 worker, 12 real
@@ -51,6 +66,7 @@ MEASURED_STARTUP_S = 7.1  # launch -> models loaded and heartbeating
 DT = 1.0
 HIGH_SHARE = 0.2
 MEAN_PAGES = 4.5  # uniform 1..8
+LONG_EVERY, LONG_TIMES = 20, 10  # one page in 20 takes 10 times as long
 
 
 # -- traces ------------------------------------------------------------------------------
@@ -79,10 +95,14 @@ def traces(rate: float) -> list[Trace]:
     def spike(t: float) -> float:
         return base * (10 if 3600 <= t < 3600 + 300 else 1)
 
+    def burst(t: float) -> float:
+        return 50 * rate if 600 <= t < 600 + 120 else 0.0
+
     return [
         Trace("steady", 2 * 3600, steady),
         Trace("diurnal", 4 * 3600, diurnal),
         Trace("spike", 2 * 3600, spike, spikes=((3600, 3900),)),
+        Trace("burst", 600 + 3600, burst, spikes=((600, 720),)),
     ]
 
 
@@ -127,6 +147,9 @@ class Result:
     max_backlog: int = 0
     worker_s: float = 0.0
     changes: list[tuple[float, int]] = field(default_factory=list)  # (time, direction)
+    up_ratio: float = 0.0  # largest desired / needed of a scale-up
+    drained_at: float | None = None  # the last page finished, nothing left
+    minimum_at: float | None = None  # then no worker left (the burst's minimum, zero)
 
     def p95(self, priority: str) -> float:
         values = sorted(self.waits[priority])
@@ -143,21 +166,24 @@ class Result:
 
 def simulate(
     docs: list[tuple[float, int, str]],
-    duration: int,
+    trace: Trace,
     rate: float,
     startup: float,
     *,
     static: int | None = None,
     params: PoolParams | None = None,
+    seed: int = 0,
 ) -> Result:
     """Replay `docs` on a static fleet of `static` workers, or under the policy."""
-    service = 1.0 / rate
+    duration = trace.duration_s
+    rng = random.Random(seed)
+    short = 1.0 / rate * LONG_EVERY / (LONG_EVERY - 1 + LONG_TIMES)
     queues: dict[str, deque[float]] = {"high": deque(), "normal": deque()}
     in_service: dict[str, list[float]] = {"high": [], "normal": []}  # arrival times
     result = Result()
     workers = [Worker(ready_at=0.0) for _ in range(static or 0)]
     state = PoolState(target=len(workers))
-    pages_total = 0
+    pages_total = pages_done = 0
     next_doc = 0
     tick = params.interval_s if params else math.inf
     next_tick = 0.0
@@ -173,8 +199,11 @@ def simulate(
         for done_at, priority, arrived in running:
             if done_at <= t:
                 in_service[priority].remove(arrived)
+                pages_done += 1
             else:
                 still.append((done_at, priority, arrived))
+        if len(still) < len(running) and not still and not any(queues.values()):
+            result.drained_at, result.minimum_at = t, None
         running = still
         if params is not None and t >= next_tick:
             next_tick += tick
@@ -187,13 +216,19 @@ def simulate(
                     for p in queues
                 },
                 live=sum(1 for w in workers if not w.stopping and w.ready_at <= t),
-                rate=rate,
                 startup_s=startup,
                 arrivals_total=pages_total,
+                done_total=pages_done,
+                running=len(running),
             )
+            current = state.target
             decision, state = decide(demand, state, params, t)
             if decision.direction:
                 result.changes.append((t, decision.direction))
+            if decision.desired > max(current, params.min_workers):
+                truth = trace.pages_per_s(t)
+                need = need_of(demand, params, truth, rate, startup, current).whole
+                result.up_ratio = max(result.up_ratio, decision.desired / max(need, 1))
             _resize(workers, decision.desired, t, startup)
         for worker in workers:
             if worker.gone_at is not None or worker.ready_at > t or worker.busy_until > t:
@@ -207,12 +242,15 @@ def simulate(
             arrived = queues[priority].popleft()
             result.waits[priority].append(t - arrived)
             in_service[priority].append(arrived)
-            worker.busy_until = t + service
+            long = rng.randrange(LONG_EVERY) == 0
+            worker.busy_until = t + short * (LONG_TIMES if long else 1)
             running.append((worker.busy_until, priority, arrived))
         backlog = sum(len(q) for q in queues.values())
         result.max_backlog = max(result.max_backlog, backlog)
         result.worker_s += DT * sum(1 for w in workers if w.gone_at is None)
         workers = [w for w in workers if w.gone_at is None]
+        if result.drained_at is not None and result.minimum_at is None and not workers:
+            result.minimum_at = t
         t += DT
     for priority, queue in queues.items():  # never started: waited until the end
         result.waits[priority].extend(duration - at for at in queue)
@@ -316,24 +354,26 @@ def main() -> None:
     print(
         f"worker model: {rate:.3f} pages/s, start-up {startup:.1f}s; SLO p95 wait high "
         f"{slo['high']:.0f}s normal {slo['normal']:.0f}s; tick {params.interval_s:.0f}s, "
-        f"scale-down cooldown {params.down_cooldown_s:.0f}s"
+        f"scale-down cooldown {params.down_cooldown_s:.0f}s; to the minimum after idle "
+        f"{params.idle_wait_s(startup):.0f}s"
     )
     header = (
         f"{'trace':8} {'fleet':14} {'p95 high':>9} {'p95 norm':>9} {'max high':>9} "
         f"{'max norm':>9} {'max backlog':>11} {'worker-s':>10} {'reversals':>9} {'SLO':>4}"
     )
     print(header)
-    worst = 0.0
+    worst = worst_up = 0.0
     all_held = True
     for trace in traces(rate):
         docs = arrivals(trace, args.seed)
         peak = math.ceil(peak_rate(docs, trace.duration_s) / rate)
         mean_pages = sum(pages for _, pages, _ in docs) / trace.duration_s
         mean = max(1, math.ceil(mean_pages / rate))
+        seed = args.seed
         runs = {
-            "policy": simulate(docs, trace.duration_s, rate, startup, params=params),
-            f"static peak {peak}": simulate(docs, trace.duration_s, rate, startup, static=peak),
-            f"static mean {mean}": simulate(docs, trace.duration_s, rate, startup, static=mean),
+            "policy": simulate(docs, trace, rate, startup, params=params, seed=seed),
+            f"static peak {peak}": simulate(docs, trace, rate, startup, static=peak, seed=seed),
+            f"static mean {mean}": simulate(docs, trace, rate, startup, static=mean, seed=seed),
         }
         for name, result in runs.items():
             held = all(result.p95(p) <= slo[p] for p in slo)
@@ -358,13 +398,28 @@ def main() -> None:
             f"{policy.worker_s / runs[f'static mean {mean}'].worker_s:.2f}; "
             f"direction reversals {policy.flips()}"
         )
+        print(f"{trace.name:8} max desired / needed of a scale-up {policy.up_ratio:.2f}")
         for start, end in trace.spikes:  # from the spike to 30 minutes after it
             print(
-                f"{trace.name:8} spike at {start:.0f}s: scale direction changes "
+                f"{trace.name:8} {trace.name} at {start:.0f}s: scale direction changes "
                 f"{1 + policy.flips(start, end + 1800)} (first up, then reversals)"
             )
+        if trace.name == "burst" and policy.drained_at is not None:
+            start = trace.spikes[0][0]
+            idle = params.idle_wait_s(startup)
+            bound = idle + 2 * params.interval_s
+            to_min = (policy.minimum_at or math.inf) - policy.drained_at
+            print(
+                f"{trace.name:8} time to drain {policy.drained_at - start:.0f}s after the burst "
+                f"began; drain -> minimum {to_min:.0f}s (bound: idle {idle:.0f}s + 2 ticks = "
+                f"{bound:.0f}s): {'within' if to_min <= bound else 'OVER'}"
+            )
+            assert to_min <= bound, "the pool missed its documented bound"
         worst = max(worst, ratio)
+        worst_up = max(worst_up, policy.up_ratio)
     print(f"SLO held by the policy on every trace: {'yes' if all_held else 'NO'}")
+    print(f"max desired / needed of any scale-up: {worst_up:.2f} (must be <= 2)")
+    assert worst_up <= 2, "a scale-up asked for more than twice the workers needed"
     print(f"ratio worker-seconds policy/peak: {worst:.2f}")
 
 

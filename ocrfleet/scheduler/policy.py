@@ -11,7 +11,8 @@ headroom: queueing is what the backlog terms size for. Both rates are measured o
 windows of time (`ocrfleet.scheduler.rates`): a worker's from the units finished per busy
 worker-second, the arrivals' as the smaller of a short and a long window's average.
 
-Shape of the response: up at once, to the full size needed (one step per spike); down
+Shape of the response: up at once, to the full size needed (one step per spike), when
+there is work waiting or running (expected arrivals alone start nothing); down
 slowly, one quarter of the pool at a time, only when the smaller pool keeps `hysteresis`
 spare capacity over the largest need of the last cooldown, and only a cooldown after the
 last change (`down_cooldown_s`, never under `idle_loads` start-ups), so a pool does not
@@ -130,8 +131,7 @@ class PoolParams:
     device_cap: int | None = None
     target_fraction: float = 1.0
     arrival_tau_s: float | None = None  # long arrival window; None: the normal SLO
-    arrival_short_s: float = 60.0  # short arrival window
-    rate_window_s: float = 300.0  # a worker's rate: units finished per busy second in it
+    rate_window_s: float = 300.0  # a worker's rate, and the recent arrivals, over this long
     hysteresis: float = 0.2  # spare capacity a smaller pool must keep over the recent need
     down_step: float = 0.25  # fraction of the pool removed per scale-down
     down_cooldown_s: float = 120.0
@@ -154,7 +154,7 @@ class PoolParams:
     def keep_s(self) -> float:
         """History the rates need."""
         tau = self.arrival_tau_s or self.slo_s["normal"]
-        return max(tau, self.arrival_short_s, 4 * self.rate_window_s)
+        return max(tau, 12 * self.rate_window_s)
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ def decide(
     # Bursts shorter than the normal SLO are the queue's to absorb (the backlog terms see
     # them at once), so the long window is about that long.
     tau = params.arrival_tau_s or params.slo_s["normal"]
-    arrivals = history.arrival_rate(params.arrival_short_s, tau)
+    arrivals = history.arrival_rate(params.rate_window_s, tau)
     current = state.target
     floor = params.min_workers
     for window in params.prewarm:
@@ -374,7 +374,9 @@ def decide(
 
     cooled = now - state.changed_at >= cooldown
     desired, reason = current, "hold"
-    if need > current:
+    # Up only for work there is: arrivals expected with nothing waiting or running grow
+    # no pool (they are backlog one tick after they come), so an idle pool stays down.
+    if need > current and backlog_total > 0:
         desired = min(need, ceiling)
         reason = f"up: {need_of_now.binding} needs {need} worker(s)" + (
             f", capped at {ceiling}" if need > ceiling else ""
@@ -424,7 +426,6 @@ def pool_params(settings: Any, role: str, device_cap: int | None = None) -> Pool
         default_rate=settings.scale_default_rate if gpu else INGEST_DEFAULT_RATE,
         default_startup_s=settings.scale_default_startup_s if gpu else INGEST_DEFAULT_STARTUP_S,
         device_cap=device_cap,
-        arrival_short_s=max(60.0, 6 * settings.scale_interval_s),
         rate_window_s=settings.scale_rate_window_s,
         down_cooldown_s=settings.scale_down_cooldown_s,
         idle_loads=settings.scale_idle_loads,

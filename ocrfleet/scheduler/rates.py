@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RATE_MIN_DONE = 4  # a rate window reaches back until it holds this many completions
+RATE_MIN_DONE = 50  # a rate window reaches back until it holds this many completions
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,10 @@ class History:
         while start > 0 and (
             last.at - samples[start].at < window_s or last.done - samples[start].done < min_done
         ):
+            start -= 1
+        # Start where the completion before the window was seen, not just before the next
+        # one: otherwise the window counts that page done with little of its busy time.
+        while start > 0 and samples[start - 1].done == samples[start].done:
             start -= 1
         done, busy = 0, 0.0
         for a, b in zip(samples[start:], samples[start + 1 :], strict=False):

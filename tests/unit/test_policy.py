@@ -307,21 +307,18 @@ def test_the_worker_rate_is_pages_per_busy_second_over_a_window() -> None:
 def test_a_long_page_lowers_the_rate_by_its_length_not_to_zero() -> None:
     """The finding: a worker 5 minutes into one page was 'needing 72 workers' from a rate
     of 0.001, every heartbeat inside the page having counted as zero."""
-    history = _history([30.0] * 10 + [900.0])
-    during = History(tuple(s for s in history.samples if s.at <= 300 + 300))  # 300 s in
-    rate = during.worker_rate(300)
-    assert rate is not None
-    # The window reaches back to four completions: four 30 s pages (the first one seen
-    # from its last 5 s) and 300 s of the long one, 4 / 395 s, a quarter of the usual rate.
-    assert rate == pytest.approx(4 / 395)
-    # 60 pages to start within 900 s: 2 workers at 30 s a page, 7 at 4 pages in 400 s
-    # (the window one tick later), where the per-heartbeat rate asked for 72.
+    history = _history([30.0] * 60 + [900.0])
+    during = History(tuple(s for s in history.samples if s.at <= 1800 + 300))  # 300 s in
+    # The window reaches back to 50 completions: 50 pages of 30 s and 300 s of the long one.
+    assert during.worker_rate(300) == pytest.approx(50 / 1800)
+    # 60 pages to start within 900 s: 2 workers at 30 s a page, 3 at the rate one tick
+    # later, where the per-heartbeat rate asked for 72.
     fresh = replace(PARAMS, default_rate=1 / 30, rate_window_s=300)
-    backlog = demand(normal=60, age_normal=0.0, total=11, done=10, running=1)
+    backlog = demand(normal=60, age_normal=0.0, total=61, done=60, running=1)
     usual = decide(backlog, PoolState(), fresh, 0.0)[0]
-    slow = decide(backlog, PoolState(history=during), fresh, 605.0)[0]
-    assert slow.inputs["rate"] == pytest.approx(4 / 400) and slow.inputs["rate_measured"]
-    assert (usual.inputs["need"], slow.inputs["need"]) == (2, 7)
+    slow = decide(backlog, PoolState(history=during), fresh, 2105.0)[0]
+    assert slow.inputs["rate"] == pytest.approx(50 / 1805) and slow.inputs["rate_measured"]
+    assert (usual.inputs["need"], slow.inputs["need"]) == (2, 3)
 
 
 def test_a_burst_is_not_counted_again_as_arrivals_to_come() -> None:
