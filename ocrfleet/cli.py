@@ -13,6 +13,7 @@ import os
 import stat
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -105,19 +106,29 @@ def _walk(
 def run(
     paths: Annotated[list[Path], typer.Argument(help="files or folders (recursive)")],
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", min=1, help="pages read at once, in worker processes [default: CPUs]"
+        ),
+    ] = None,
 ) -> None:
-    """Process inputs in this process, on the embedded defaults unless configured otherwise.
+    """Process inputs on this machine, on the embedded defaults unless configured otherwise.
 
-    Every input ends done, rejected (with a reason) or failed (with a reason); one bad input
-    or page never stops the run."""
+    Pages are read in `--jobs` worker processes (default: the CPUs this process may use),
+    with the same results as one job. Every input ends done, rejected (with a reason) or
+    failed (with a reason); one bad input or page never stops the run."""
+    from ocrfleet.memory import PeakRss
+    from ocrfleet.parallel import available_cpus, run_pages
     from ocrfleet.pipeline.rules import RulesError
     from ocrfleet.report import document_summaries
-    from ocrfleet.service import Context, ingest, record_unreadable, run_page
+    from ocrfleet.service import Context, ingest, record_unreadable
     from ocrfleet.states import SUCCEEDED
     from ocrfleet.storage import StorageError
     from ocrfleet.storage.local import storable_uri
 
     settings = get_settings()
+    jobs = jobs or available_cpus()
     ignore = (settings.cache_dir,)
     if settings.store_url.startswith("file://"):
         from ocrfleet.storage.local import file_uri_to_path
@@ -135,38 +146,100 @@ def run(
         raise _usage_error(str(error)) from None
     ctx.own_run_id  # noqa: B018  (computed and checked against a pin before any work)
 
-    outcomes = []
-    with console.status(f"splitting {len(inputs)} input(s)"):
-        for path in inputs:
-            uri = storable_uri(str(path.absolute()))
-            try:
-                outcomes.append(ingest(ctx, uri))
-            except StorageError as exc:  # vanished, no permission, an I/O error
-                outcomes.append(record_unreadable(ctx, uri, exc))
-    pages = [page_id for outcome in outcomes for page_id in outcome.page_ids]
-
-    started = time.monotonic()
-    with Progress(
-        TextColumn("pages"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:.1f} pages/s"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not pages,
-    ) as progress:
-        bar = progress.add_task("pages", total=len(pages), rate=0.0)
-        for done, page_id in enumerate(pages, start=1):
-            run_page(ctx, page_id)
-            elapsed = time.monotonic() - started
-            progress.update(bar, completed=done, rate=done / elapsed if elapsed else 0.0)
+    with PeakRss() as peak:
+        started = time.monotonic()
+        outcomes = []
+        with console.status(f"splitting {len(inputs)} input(s)"):
+            for path in inputs:
+                uri = storable_uri(str(path.absolute()))
+                try:
+                    outcomes.append(ingest(ctx, uri))
+                except StorageError as exc:  # vanished, no permission, an I/O error
+                    outcomes.append(record_unreadable(ctx, uri, exc))
+        pages = [page_id for outcome in outcomes for page_id in outcome.page_ids]
+        with _PageProgress(len(pages)) as progress:
+            run_pages(ctx, pages, jobs, progress.done)
+        seconds = time.monotonic() - started
 
     with ctx.session() as session:
         rows = document_summaries(session, [o.document_id for o in outcomes])
     names = [display_uri(str(p)) for p in inputs]
     _print_summary(rows, names, skipped, as_json)
+    stats = RunStats(len(pages), min(jobs, max(1, len(pages))), seconds, peak.peak_mb)
+    _print_stats(stats, as_json)
     if any(row.status not in SUCCEEDED for row in rows):
         raise typer.Exit(errors.EXIT_FAILED)
+
+
+class _PageProgress:
+    """Pages done so far: a live bar on a terminal; elsewhere (a log, CI) a line at every
+    tenth of the pages and at least every minute, so a long run shows it is alive."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.count = total, 0
+        self.started = self.said_at = time.monotonic()
+        self.bar = Progress(
+            TextColumn("pages"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:.1f} pages/min"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not total or not console.is_terminal,
+        )
+        self.task = self.bar.add_task("pages", total=total, rate=0.0)
+
+    def __enter__(self) -> _PageProgress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(*exc)  # type: ignore[arg-type]
+
+    def done(self, _page_id: int, _status: object) -> None:
+        self.count += 1
+        now = time.monotonic()
+        rate = 60 * self.count / max(now - self.started, 1e-9)
+        self.bar.update(self.task, completed=self.count, rate=rate)
+        step = max(1, self.total // 10)
+        if console.is_terminal or not (self.count % step == 0 or now - self.said_at >= 60):
+            return
+        self.said_at = now
+        console.print(f"pages {self.count}/{self.total} ({rate:.1f} pages/min)", markup=False)
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """What a run cost: pages read, worker processes, wall seconds (split included) and the
+    peak resident memory of this process and its workers together."""
+
+    pages: int
+    jobs: int
+    seconds: float
+    peak_rss_mb: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        per_min = 60 * self.pages / self.seconds if self.seconds else 0.0
+        return {
+            "pages": self.pages,
+            "jobs": self.jobs,
+            "seconds": round(self.seconds, 2),
+            "pages_per_min": round(per_min, 2),
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
+        }
+
+
+def _print_stats(stats: RunStats, as_json: bool) -> None:
+    """One line on stderr; with --json it is `run: {...}` (stdout keeps the documents)."""
+    if as_json:
+        console.print(f"run: {json.dumps(stats.as_dict())}", markup=False, soft_wrap=True)
+        return
+    values = stats.as_dict()
+    Console(highlight=False).print(
+        f"{stats.pages} page(s) in {values['seconds']} s with {stats.jobs} job(s) "
+        f"({values['pages_per_min']} pages/min), peak memory {values['peak_rss_mb']:.0f} MB",
+        markup=False,
+    )
 
 
 def _print_summary(
@@ -508,7 +581,7 @@ def run_command(argv: list[str] | None = None) -> int:
     from sqlalchemy import exc as sa_exc
 
     try:
-        _prepare_process()
+        prepare_process()
         command = typer.main.get_command(app)
         result = command.main(args=argv, prog_name="ocrfleet", standalone_mode=False)
         return result if isinstance(result, int) else errors.EXIT_OK
@@ -537,7 +610,7 @@ def _one_line(message: str, code: int) -> int:
     return code
 
 
-def _prepare_process() -> None:
+def prepare_process() -> None:
     """Offline flags and caches into OCRFLEET_CACHE_DIR, and the log file there, before any
     engine library loads. Invalid settings are reported by the command that reads them; a
     cache folder that cannot be written is a configuration error."""

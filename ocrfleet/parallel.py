@@ -1,0 +1,138 @@
+"""`ocrfleet run --jobs N`: the pages of a run read in N worker processes, like OCRmyPDF's
+`--jobs`.
+
+Each worker is a fresh (spawned) process that loads the models once and then takes pages
+one at a time; it reads a page exactly as the run's own process would (`run_page`), so one
+job or N make the same rows but for timings. A worker writes its page itself: SQLite runs
+in WAL mode and every write transaction takes the lock up front and waits for it
+(`ocrfleet.db.session`), so N writers queue instead of failing. Each worker gets
+`cores // N` onnxruntime (and OpenMP) threads, so N workers do not oversubscribe the cores,
+unless `OCRFLEET_ONNX_THREADS` says otherwise. A worker that dies (killed, out of memory)
+takes only its pool down: the pages still pending are read again in a new pool, and after
+a second loss they fail with the reason instead of looping.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING
+
+from ocrfleet import ir
+from ocrfleet.config import Settings
+from ocrfleet.memory import release_memory
+
+if TYPE_CHECKING:
+    from ocrfleet.service import Context
+
+__all__ = ["available_cpus", "run_pages", "worker_settings"]
+
+POOL_LOSSES = 2  # pools lost under a page before it fails
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT", "OPENBLAS_NUM_THREADS")
+_worker: Context | None = None  # the worker process's context, models loaded
+
+OnDone = Callable[[int, ir.PageStatus], None]
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
+
+
+def worker_settings(settings: Settings, jobs: int, cpus: int | None = None) -> Settings:
+    """The settings of one of `jobs` workers: a fair share of the cores each, unless the
+    thread count is set. Thread counts change no output and are not part of run_id."""
+    if settings.onnx_threads is not None:
+        return settings
+    threads = max(1, (cpus or available_cpus()) // jobs)
+    return settings.model_copy(update={"onnx_threads": threads})
+
+
+def run_pages(ctx: Context, page_ids: Sequence[int], jobs: int, on_done: OnDone) -> None:
+    """Read every page (`run_page`: a failure fails that page alone), in this process when
+    `jobs` is 1, else in `jobs` worker processes; `on_done(page_id, status)` after each."""
+    from ocrfleet.service import run_page
+
+    if jobs <= 1 or len(page_ids) <= 1:
+        for page_id in page_ids:
+            status = run_page(ctx, page_id)
+            release_memory()
+            on_done(page_id, status)
+        return
+    settings = worker_settings(ctx.settings, min(jobs, len(page_ids)))
+    todo = list(page_ids)
+    for loss in range(1, POOL_LOSSES + 1):
+        todo = _pool(settings, todo, min(jobs, len(todo)), on_done)
+        if not todo:
+            return
+        if loss == POOL_LOSSES:
+            for page_id in _still_pending(ctx, todo):
+                reason = f"a worker process died while reading it ({loss} times)"
+                from ocrfleet.service import fail_page
+
+                fail_page(ctx, page_id, reason)
+                on_done(page_id, ir.PageStatus.failed)
+        else:
+            todo = _still_pending(ctx, todo)
+
+
+def _pool(settings: Settings, page_ids: list[int], jobs: int, on_done: OnDone) -> list[int]:
+    """Run the pages in one pool; returns those left unfinished by a lost pool."""
+    spawn = multiprocessing.get_context("spawn")  # fork would copy threads and connections
+    left: list[int] = []
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=spawn, initializer=_start_worker, initargs=(settings,)
+    ) as pool:
+        running: dict[Future[str], int] = {pool.submit(_read_page, p): p for p in page_ids}
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                page_id = running.pop(future)
+                try:
+                    on_done(page_id, ir.PageStatus(future.result()))
+                except BrokenProcessPool:
+                    left.append(page_id)
+    return left
+
+
+def _still_pending(ctx: Context, page_ids: list[int]) -> list[int]:
+    from sqlalchemy import select
+
+    from ocrfleet.db import models
+
+    with ctx.session() as session:
+        pending = set(
+            session.scalars(
+                select(models.Page.id).where(
+                    models.Page.id.in_(page_ids), models.Page.status == ir.PageStatus.pending
+                )
+            )
+        )
+    return [page_id for page_id in page_ids if page_id in pending]
+
+
+def _start_worker(settings: Settings) -> None:
+    """In each worker, before its first page: thread limits (before any numeric library
+    loads), offline flags, the log file, and the models, once."""
+    global _worker
+    threads = str(settings.onnx_threads)
+    for variable in _THREAD_VARIABLES:
+        os.environ[variable] = threads
+    from ocrfleet.cli import prepare_process
+    from ocrfleet.service import Context
+
+    prepare_process()
+    _worker = Context(settings)
+    _worker.toolkit  # noqa: B018  (load the models now, not in the first page's time)
+
+
+def _read_page(page_id: int) -> str:
+    from ocrfleet.service import run_page
+
+    assert _worker is not None, "the worker was not started"
+    status = run_page(_worker, page_id)
+    release_memory()
+    return status.value
