@@ -26,6 +26,28 @@ def test_three_runs_of_an_example_give_three_identical_hashes(tmp_path: Path) ->
     assert len(report["run_id"]) == 64
 
 
+def test_repro_reads_a_page_as_the_run_did_orientation_included(tmp_path: Path) -> None:
+    """One page path: a page stored sideways (no EXIF to undo it) is turned upright by the
+    page pipeline itself, so `ocrfleet repro` reproduces what `ocrfleet run` stored."""
+    from PIL import Image
+
+    from ocrfleet.repro import document_sha256
+
+    turned = tmp_path / "turned.png"
+    Image.open(EXAMPLES / "scan.png").transpose(Image.Transpose.ROTATE_90).save(turned)
+    done = ocrfleet(["run", "--json", str(turned)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    engine = create_engine(f"sqlite:///{tmp_path / 'ocrfleet.db'}")
+    with engine.connect() as conn:
+        stored, params = conn.execute(text("SELECT output_sha256, params FROM pages")).one()
+    engine.dispose()
+    params = json.loads(params) if isinstance(params, str) else params
+    assert params["orientation"]["applied"] is True, params
+    again = ocrfleet(["repro", str(turned), "--times", "2", "--json"], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["output_sha256"] == [document_sha256([stored])] * 2
+
+
 def test_a_changed_setting_gives_another_run_and_a_classified_report(tmp_path: Path) -> None:
     for layout in ("rapid", "lines"):
         done = ocrfleet(["run", "--json", str(EXAMPLE)], tmp_path, OCRFLEET_LAYOUT=layout)
