@@ -93,6 +93,7 @@ def test_flower_needs_credentials_lists_workers_counts_tasks_and_queue_lengths(
         workers = start_workers(worker_env, tmp_path / "workers.log", devices="cpu:1", events=True)
         started.append(workers)
         ids = [client.submit(make_document(880 + i, 1), settings=settings) for i in range(2)]
+        ids.append(client.submit(b"neither a PDF nor an image", settings=settings))
         wait_finished(ids, settings, 300, workers)
 
         # The worker's own endpoint (slot 0: the base port).
@@ -108,7 +109,8 @@ def test_flower_needs_credentials_lists_workers_counts_tasks_and_queue_lengths(
         assert samples['ocrfleet_pages_processed_total{status="done"}'] == 2.0
         assert samples['ocrfleet_stage_seconds_count{stage="page"}'] == 2.0
         assert samples['ocrfleet_stage_seconds_count{stage="queue_wait_page"}'] == 2.0
-        assert samples['ocrfleet_stage_seconds_count{stage="ingest"}'] == 2.0
+        assert samples['ocrfleet_stage_seconds_count{stage="ingest"}'] == 3.0
+        assert samples['ocrfleet_rejections_total{reason="unsupported_type"}'] == 1.0
         assert samples["ocrfleet_regions_processed_total"] >= 2.0
         assert samples['ocrfleet_score_count{scorer="consensus"}'] >= 2.0
         for gauge in ("ocrfleet_model_load_seconds", "ocrfleet_device_memory_bytes"):
@@ -126,7 +128,7 @@ def test_flower_needs_credentials_lists_workers_counts_tasks_and_queue_lengths(
             assert time.monotonic() < deadline, names
             time.sleep(1)
 
-        # Two ingests and two pages ran; Flower saw each succeed (task events).
+        # Three ingests and two pages ran; Flower saw each succeed (task events).
         def succeeded() -> dict[str, float]:
             counts: dict[str, float] = {}
             for line in get(f"{base}/metrics", CREDENTIALS)[1].splitlines():
@@ -139,7 +141,7 @@ def test_flower_needs_credentials_lists_workers_counts_tasks_and_queue_lengths(
         while succeeded().get(routing.PAGE_TASK, 0) < 2:
             assert time.monotonic() < deadline, succeeded()
             time.sleep(0.5)
-        assert succeeded() == {routing.INGEST_TASK: 2.0, routing.PAGE_TASK: 2.0}
+        assert succeeded() == {routing.INGEST_TASK: 3.0, routing.PAGE_TASK: 2.0}
 
         # With the worker gone, messages wait; Flower and the scheduler count the same,
         # priority sub-lists included.
