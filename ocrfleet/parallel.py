@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
-from ocrfleet.memory import release_memory
 
 if TYPE_CHECKING:
     from ocrfleet.service import Context
@@ -54,13 +53,11 @@ def worker_settings(settings: Settings, jobs: int, cpus: int | None = None) -> S
 def run_pages(ctx: Context, page_ids: Sequence[int], jobs: int, on_done: OnDone) -> None:
     """Read every page (`run_page`: a failure fails that page alone), in this process when
     `jobs` is 1, else in `jobs` worker processes; `on_done(page_id, status)` after each."""
-    from ocrfleet.service import run_page
+    from ocrfleet.service import fail_page, run_page
 
     if jobs <= 1 or len(page_ids) <= 1:
         for page_id in page_ids:
-            status = run_page(ctx, page_id)
-            release_memory()
-            on_done(page_id, status)
+            on_done(page_id, run_page(ctx, page_id))
         return
     settings = worker_settings(ctx.settings, min(jobs, len(page_ids)))
     todo = list(page_ids)
@@ -71,8 +68,6 @@ def run_pages(ctx: Context, page_ids: Sequence[int], jobs: int, on_done: OnDone)
         if loss == POOL_LOSSES:
             for page_id in _still_pending(ctx, todo):
                 reason = f"a worker process died while reading it ({loss} times)"
-                from ocrfleet.service import fail_page
-
                 fail_page(ctx, page_id, reason)
                 on_done(page_id, ir.PageStatus.failed)
         else:
@@ -133,6 +128,4 @@ def _read_page(page_id: int) -> str:
     from ocrfleet.service import run_page
 
     assert _worker is not None, "the worker was not started"
-    status = run_page(_worker, page_id)
-    release_memory()
-    return status.value
+    return run_page(_worker, page_id).value
