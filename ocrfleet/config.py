@@ -293,9 +293,7 @@ class Settings(BaseSettings):
 
 
 # OCRFLEET_* variables that are not settings: read by the tests and benches, never the fleet.
-NOT_SETTINGS = frozenset(
-    {"OCRFLEET_REALDOCS", "OCRFLEET_FUZZ_EXAMPLES", "OCRFLEET_TEST_REDIS", "OCRFLEET_TEST_PG_ADMIN"}
-)
+NOT_SETTINGS = frozenset({"OCRFLEET_REALDOCS", "OCRFLEET_FUZZ_EXAMPLES", "OCRFLEET_TEST_PG_ADMIN"})
 _warned: set[str] = set()
 
 
