@@ -377,7 +377,7 @@ def wait_for_run(ctx: Context, document_id: int, run_id: str) -> None:
     its run (`ocrfleet status` shows the reason). The first page of it that a worker of
     that run finishes clears it (`clear_waiting`)."""
     doc = models.Document
-    unfinished = (ir.DocumentStatus.pending, ir.DocumentStatus.processing)
+    unfinished = [status.value for status in states.UNFINISHED]
     with ctx.session() as session:
         session.execute(
             update(doc)
