@@ -79,11 +79,14 @@ def test_an_unknown_variable_is_named_once_with_the_closest_setting(tmp_path: Pa
         "from ocrfleet.config import get_settings\n"
         "get_settings(); get_settings.cache_clear(); get_settings()\n"
     )
+    (tmp_path / ".env").write_text("OCRFLEET_ENIGNES=tesseract\n")
     done = _ocrfleet(tmp_path, [], {"OCRFLEET_DATABSE_URL": "sqlite:///x.db"}, code)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines() == [
         "warning: OCRFLEET_DATABSE_URL is not an ocrfleet setting, ignored "
-        "(did you mean OCRFLEET_DATABASE_URL?)"
+        "(did you mean OCRFLEET_DATABASE_URL?)",
+        "warning: OCRFLEET_ENIGNES is not an ocrfleet setting, ignored "
+        "(did you mean OCRFLEET_ENGINES?)",
     ]
 
 
