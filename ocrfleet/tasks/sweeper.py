@@ -59,6 +59,12 @@ def periods(settings: Settings) -> dict[str, float]:
     return every
 
 
+def _did_something(outcome: Any) -> bool:
+    if isinstance(outcome, dict):
+        return any(outcome.values())
+    return bool(outcome)
+
+
 class Sweeper:
     """One candidate for running the fleet's sweeps; `run` blocks, `start` runs it in a
     daemon thread."""
@@ -126,7 +132,7 @@ class Sweeper:
                 log.warning("sweep %s failed: %s", name, exc)
                 continue
             self._conn.set(LAST_RUN_PREFIX + name, now)
-            if outcomes[name]:
+            if _did_something(outcomes[name]):
                 log.info("sweep %s: %s", name, outcomes[name])
         return outcomes
 

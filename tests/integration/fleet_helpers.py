@@ -184,25 +184,6 @@ def ocrfleet_cli(env: dict[str, str], *args: str, timeout: float = 600, expect: 
 
 
 @contextlib.contextmanager
-def running_beat(env: dict[str, str], directory: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`ocrfleet beat` (the recovery sweeps) for the fleet of `env`, logging to
-    `directory/beat.log`, stopped afterwards."""
-    with open(directory / "beat.log", "ab") as log:
-        beat = subprocess.Popen(
-            [sys.executable, "-m", "ocrfleet.cli", "beat", "--schedule", str(directory / "beat")],
-            cwd=REPO,
-            env=process_env(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield beat
-        finally:
-            beat.terminate()
-            beat.wait(timeout=30)
-
-
-@contextlib.contextmanager
 def api_process(
     env: dict[str, str], log_path: Path, timeout: float = 90, args: Iterable[str] = ()
 ) -> Iterator[str]:
