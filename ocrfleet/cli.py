@@ -112,6 +112,15 @@ def run(
             "--jobs", "-j", min=1, help="pages read at once, in worker processes [default: CPUs]"
         ),
     ] = None,
+    redo_ocr: Annotated[
+        bool | None,
+        typer.Option(
+            "--redo-ocr/--skip-text",
+            help="OCR every PDF page, or read a page with a good text layer from it, verified "
+            "(OCRFLEET_TEXT_LAYER; default: skip-text)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Process inputs on this machine, on the embedded defaults unless configured otherwise.
 
@@ -128,6 +137,8 @@ def run(
     from ocrfleet.storage.local import storable_uri
 
     settings = get_settings()
+    if redo_ocr is not None:
+        settings = settings.model_copy(update={"text_layer": "redo" if redo_ocr else "use"})
     jobs = jobs or available_cpus()
     ignore = (settings.cache_dir,)
     if settings.store_url.startswith("file://"):
@@ -491,6 +502,7 @@ def run_id(
             typer.echo(f"  {name}: {json.dumps(value, ensure_ascii=False)}")
     check_pin(settings, identity)
     if register:
+        _ensure_schema(settings.database_url)
         with session_scope(settings.database_url) as session:
             ensure_run(session, config)
         console.print(f"run {identity} registered", markup=False)

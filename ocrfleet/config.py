@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     easyocr_model_path: Path | None = None
     jev_model_path: Path | None = None
     dpi: int = Field(200, ge=36, le=600)
+    text_layer: Literal["use", "redo"] = Field(
+        "use",
+        description="use: a PDF page with a good text layer is read from it, verified like any "
+        "engine's reading, not OCRed; redo: every page is OCRed (ocrfleet.pipeline.textlayer)",
+    )
     rec_batch_size: int = Field(16, ge=1)
     tesseract_lang: str = Field("eng", description="tesseract -l value, e.g. eng or eng+chi_sim")
     # Unset: the scorer's own defaults (SCORER_THRESHOLDS; consensus: per engine and category

@@ -163,6 +163,22 @@ class Word(_Model):
     approximate: bool = False
 
 
+class TextLine(_Model):
+    """One line of a PDF page's own text: its words, with boxes in page pixels."""
+
+    bbox: BBox
+    words: list[Word]
+
+
+class TextLayer(_Model):
+    """A PDF page's own text as PDFium reads it (see ocrfleet.pipeline.textlayer):
+    `chars` readable characters, `unmapped` more without Unicode, and its lines."""
+
+    chars: int = Field(ge=0)
+    unmapped: int = Field(ge=0)
+    lines: list[TextLine]
+
+
 class Candidate(_Model):
     """One engine's reading of one region. `error` set means the engine failed on it."""
 

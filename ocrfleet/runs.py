@@ -106,6 +106,7 @@ def run_config(settings: Settings) -> dict[str, Any]:
             "version": orientation,
             "min_confidence": settings.orientation_min_confidence,
         },
+        "text_layer": text_layer_config(settings),
         # Over a limit an input is `rejected`: the limits decide a document's outcome.
         "limits": {
             "max_input_bytes": settings.max_input_bytes,
@@ -118,6 +119,16 @@ def run_config(settings: Settings) -> dict[str, Any]:
 
         config["rules"] = rules_sha256(settings.rules)
     return config
+
+
+def text_layer_config(settings: Settings) -> dict[str, Any]:
+    """Whether PDF text layers are used, and what makes one good enough to use."""
+    from ocrfleet.pipeline import textlayer as tl
+
+    if settings.text_layer == "redo":
+        return {"mode": "redo"}
+    thresholds = (tl.MIN_CHARS, tl.MIN_LINES, tl.MAX_UNMAPPED, tl.MIN_INK_COVERAGE, tl.INK_LEVEL)
+    return {"mode": "use", "version": tl.VERSION, "thresholds": thresholds}
 
 
 def run_id_of(config: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ from ocrfleet.memory import release_memory
 from ocrfleet.pipeline.images import InputRejected, load_image
 from ocrfleet.pipeline.rules import RuleSet, load_rules
 from ocrfleet.pipeline.sandbox import Split, split_document
+from ocrfleet.pipeline.textlayer import read_png
 from ocrfleet.runs import (
     OtherRun,
     canonical_json,
@@ -310,7 +311,7 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
     check_page_run(ctx, page_id)
 
     data = ctx.store.get(ctx.store.key_of(image_uri))
-    processed = process_image(number, load_image(data), ctx.toolkit)
+    processed = process_image(number, load_image(data), ctx.toolkit, read_png(data))
     result = processed.result
 
     with ctx.session() as session:
@@ -352,6 +353,22 @@ def page_params(ctx: Context, processed: ProcessedPage) -> dict[str, Any]:
         "height": image.height,
         "orientation": processed.orientation.model_dump(mode="json"),
         "detection": plan.model_dump(mode="json"),
+        **text_layer_params(processed),
+    }
+
+
+def text_layer_params(processed: ProcessedPage) -> dict[str, Any]:
+    """A PDF page's text layer, when judged: used or not, why, and the evidence."""
+    judged = processed.text_layer
+    if judged is None:
+        return {}
+    return {
+        "text_layer": {
+            "used": judged.good,
+            "why": judged.why,
+            "unmapped": round(judged.unmapped, 4),
+            "ink_coverage": round(judged.coverage, 4),
+        }
     }
 
 

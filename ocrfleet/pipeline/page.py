@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from ocrfleet import ir
+from ocrfleet.pipeline import textlayer
 from ocrfleet.pipeline.orient import upright
 from ocrfleet.pipeline.recognise import recognise
 from ocrfleet.pipeline.regions import detect_regions
@@ -26,25 +27,41 @@ class ProcessedPage:
     result: ir.PageResult
     image: Image.Image
     orientation: ir.Orientation
+    text_layer: textlayer.Judgement | None = None  # a PDF page's own text, judged
 
 
-def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> ProcessedPage:
+def process_image(
+    page_number: int,
+    image: Image.Image,
+    toolkit: Toolkit,
+    text_layer: ir.TextLayer | None = None,
+) -> ProcessedPage:
+    """`text_layer`: the PDF page's own text (`textlayer.read_png`); when it is good and
+    the settings use text layers, its lines are the regions and its text their candidates,
+    scored and decided as any engine's, and the page is not turned or OCRed."""
     settings = toolkit.settings
-    image, orientation = upright(
-        image,
-        toolkit.orienter,
-        settings.orientation_min_confidence,
-        toolkit.line_detector,
-        toolkit.recognisers[0],
-    )
-    regions = detect_regions(image, toolkit.detector)
-    candidates = recognise(
-        image,
-        regions,
-        toolkit.recognisers,
-        mode=settings.engine_mode,
-        timeout_s=settings.engine_timeout_s,
-    )
+    judged = None
+    if settings.text_layer == "use" and text_layer is not None:
+        judged = textlayer.judge(text_layer, image)
+    if judged is not None and judged.good:
+        orientation = ir.Orientation(angle=0, confidence=1.0, applied=False)
+        regions, candidates = textlayer.reading(text_layer)  # type: ignore[arg-type]
+    else:
+        image, orientation = upright(
+            image,
+            toolkit.orienter,
+            settings.orientation_min_confidence,
+            toolkit.line_detector,
+            toolkit.recognisers[0],
+        )
+        regions = detect_regions(image, toolkit.detector)
+        candidates = recognise(
+            image,
+            regions,
+            toolkit.recognisers,
+            mode=settings.engine_mode,
+            timeout_s=settings.engine_timeout_s,
+        )
     policy = load_policy(settings)
     scores = score_units(image, regions, candidates, toolkit.scorer, policy)
     decisions = decide(regions, candidates, scores, settings, policy)
@@ -55,4 +72,4 @@ def process_image(page_number: int, image: Image.Image, toolkit: Toolkit) -> Pro
         scores=scores,
         decisions=decisions,
     )
-    return ProcessedPage(result=result, image=image, orientation=orientation)
+    return ProcessedPage(result, image, orientation, judged)

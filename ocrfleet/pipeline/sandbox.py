@@ -306,8 +306,8 @@ def _unlimit() -> None:
 
 
 def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
-    from ocrfleet.pipeline.images import encode_png
-    from ocrfleet.pipeline.split import iter_pages, open_document
+    from ocrfleet.pipeline.split import iter_pages_with_text, open_document
+    from ocrfleet.pipeline.textlayer import page_png
 
     pages: Iterator[Any] | None = None
     number = 0
@@ -326,18 +326,19 @@ def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
                 pages, number = None, 0
                 _limit(settings)
                 document = open_document(data, settings, source_uri)
-                pages = iter_pages(data, settings)
+                pages = iter_pages_with_text(data, settings)
                 answer: tuple[Any, ...] = ("ok", document)
             elif op == "next":
                 assert pages is not None and settings is not None, "next before open"
                 _limit(settings)
-                image = next(pages, None)
-                if image is None:
+                found = next(pages, None)
+                if found is None:
                     pages = None
                     answer = ("ok", None)
                 else:
+                    image, layer = found
                     number += 1
-                    page = RenderedPage(number, image.width, image.height, encode_png(image))
+                    page = RenderedPage(number, image.width, image.height, page_png(image, layer))
                     image.close()
                     answer = ("ok", page)
             elif op == "close":

@@ -21,6 +21,7 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
+from ocrfleet.pipeline import textlayer
 from ocrfleet.pipeline.images import (
     InputRejected,
     check_pixels,
@@ -33,6 +34,7 @@ __all__ = [
     "PDF",
     "InputRejected",
     "iter_pages",
+    "iter_pages_with_text",
     "open_document",
     "pdf_page_pixels",
     "sniff_media_type",
@@ -88,13 +90,29 @@ def iter_pages(data: bytes, settings: Settings) -> Iterator[Image.Image]:
     """The pages as RGB images, one at a time: PDF pages rendered at `settings.dpi`, image
     frames (TIFF, GIF) decoded at their own size. Limits are checked again page by page,
     so this is safe on bytes that skipped `open_document`."""
+    for image, _ in _iter_pages(data, settings, text=False):
+        yield image
+
+
+def iter_pages_with_text(
+    data: bytes, settings: Settings
+) -> Iterator[tuple[Image.Image, ir.TextLayer | None]]:
+    """As `iter_pages`, with each PDF page's text layer in the image's pixels (None for an
+    image input and a page without text; see ocrfleet.pipeline.textlayer)."""
+    yield from _iter_pages(data, settings, text=True)
+
+
+def _iter_pages(
+    data: bytes, settings: Settings, *, text: bool
+) -> Iterator[tuple[Image.Image, ir.TextLayer | None]]:
     _check_bytes(data, settings)
     if sniff_media_type(data) == PDF:
-        yield from _render_pdf(data, settings)
+        yield from _render_pdf(data, settings, text)
         return
     _, page_count = probe_image(data, max_pixels=settings.max_pixels)
     _check_page_count(page_count, settings)
-    yield from iter_frames(data, max_pixels=settings.max_pixels)
+    for image in iter_frames(data, max_pixels=settings.max_pixels):
+        yield image, None
 
 
 def pdf_page_pixels(width_pt: float, height_pt: float, dpi: int) -> tuple[int, int]:
@@ -193,8 +211,11 @@ def _probe_pdf(data: bytes, settings: Settings) -> int:
     return page_count
 
 
-def _render_pdf(data: bytes, settings: Settings) -> Iterator[Image.Image]:
-    """Render page by page; the document closes when the generator ends or is dropped."""
+def _render_pdf(
+    data: bytes, settings: Settings, text: bool
+) -> Iterator[tuple[Image.Image, ir.TextLayer | None]]:
+    """Render page by page, with the text layer when `text`; the document closes when the
+    generator ends or is dropped."""
     with _PDFIUM_LOCK:
         pdf = _open_pdf(data)
     try:
@@ -206,10 +227,21 @@ def _render_pdf(data: bytes, settings: Settings) -> Iterator[Image.Image]:
             with _PDFIUM_LOCK:
                 _page_pixels(pdf, index, settings)
                 image = _render_page(pdf, index, settings.dpi)
-            yield image
+                layer = _text_layer(pdf, index, image) if text else None
+            yield image, layer
     finally:
         with _PDFIUM_LOCK:
             pdf.close()
+
+
+def _text_layer(pdf: pdfium.PdfDocument, index: int, image: Image.Image) -> ir.TextLayer | None:
+    page = pdf[index]
+    try:
+        return textlayer.extract(page, image.width, image.height)
+    except pdfium.PdfiumError as exc:
+        raise InputRejected("corrupt_pdf", f"page {index + 1}: no readable text: {exc}") from None
+    finally:
+        page.close()
 
 
 def _render_page(pdf: pdfium.PdfDocument, index: int, dpi: int) -> Image.Image:
