@@ -7,10 +7,11 @@ bytes to `intake/<sha256>` and enqueues `ocrfleet.ingest` by name. So it returns
 document id at once, and the same content submitted twice by one tenant is the same
 document (the second submit enqueues nothing unless the first never got past `pending`);
 another tenant's submission of it is another document. The run id is `OCRFLEET_RUN_ID`
-when pinned (the fleet registers its run when a worker starts, so an upload service needs
-no engine files), else computed here from the settings alone (`runs.run_config` loads no
-model, but hashes the model files); the ingest task fails a document submitted under
-another run, with that reason.
+when pinned (registered when a worker of it starts, or by `ocrfleet run-id --register`,
+so an upload service needs no engine files), else computed here from the settings alone
+(`runs.run_config` loads no model, but hashes the model files, and takes only the libraries
+the configured engines use: an install without torch computes a CPU run as workers with it
+do); a worker of another run leaves the document for a worker of its run.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def _run(settings: Settings) -> tuple[str, dict[str, Any]]:
                 if run is None:
                     raise SubmitError(
                         f"run {settings.run_id} (OCRFLEET_RUN_ID) is not registered: "
-                        "a worker of that run registers it when it starts"
+                        "a worker of that run registers it when it starts, or "
+                        "`ocrfleet run-id --register` where its models are"
                     )
                 _runs[key] = (run.id, run.config)
         else:

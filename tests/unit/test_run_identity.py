@@ -121,6 +121,19 @@ def test_run_id_prints_the_run_and_its_parts(tmp_path: Path) -> None:
     assert "  dpi: 150" in parts and "  engines.timeout_s: null" in parts
 
 
+def test_run_id_registers_the_run_for_pinned_submitters(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, text
+
+    done = run_id_command(tmp_path, "--register", OCRFLEET_RUN_ID=base_run())
+    assert done.returncode == 0, done.stderr
+    engine = create_engine(f"sqlite:///{tmp_path / 'o.db'}")
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT id, config FROM runs")).all()
+    engine.dispose()
+    assert [run_id for run_id, _ in stored] == [base_run()]
+    assert run_id_of(json.loads(stored[0][1])) == base_run()
+
+
 def test_run_id_refuses_a_pin_it_does_not_match(tmp_path: Path) -> None:
     done = run_id_command(tmp_path, OCRFLEET_RUN_ID="f" * 64)
     assert done.returncode == 2
