@@ -130,6 +130,7 @@ def run(
     from ocrfleet.memory import PeakRss
     from ocrfleet.parallel import available_cpus, run_pages
     from ocrfleet.pipeline.rules import RulesError
+    from ocrfleet.pipeline.sandbox import close_idle
     from ocrfleet.report import document_summaries
     from ocrfleet.service import Context, ingest, record_unreadable
     from ocrfleet.states import SUCCEEDED
@@ -167,6 +168,7 @@ def run(
                     outcomes.append(ingest(ctx, uri))
                 except StorageError as exc:  # vanished, no permission, an I/O error
                     outcomes.append(record_unreadable(ctx, uri, exc))
+        close_idle()  # the renderer's memory is the pages' now
         pages = [page_id for outcome in outcomes for page_id in outcome.page_ids]
         with _PageProgress(len(pages)) as progress:
             run_pages(ctx, pages, jobs, progress.done)

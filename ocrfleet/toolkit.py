@@ -35,11 +35,12 @@ def load_toolkit(settings: Settings) -> Toolkit:
     from ocrfleet.pipeline.orient import OrientationClassifier
     from ocrfleet.scorers import load_scorer
 
+    recognisers = load_recognisers(settings)
     return Toolkit(
         settings=settings,
         detector=load_detector(settings),
-        recognisers=load_recognisers(settings),
-        scorer=load_scorer(settings),
+        recognisers=recognisers,
+        scorer=load_scorer(settings, recognisers),  # each model once: readers are shared
         orienter=OrientationClassifier(threads=settings.onnx_threads),
     )
 

@@ -38,7 +38,7 @@ from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.pipeline.images import InputRejected
 
-__all__ = ["RenderedPage", "Split", "split_document"]
+__all__ = ["RenderedPage", "Split", "close_idle", "split_document"]
 
 BUDGET = "render_budget"
 _HEADER = struct.Struct("!Q")
@@ -181,6 +181,16 @@ def _give_back(child: _Child) -> None:
         with _idle_lock:
             _idle.append(child)
     else:
+        child.kill()
+
+
+def close_idle() -> None:
+    """Stop the renderer children that wait for the next input: when a process is done
+    splitting (`ocrfleet run` reads its pages next), their memory is the pages' to use."""
+    with _idle_lock:
+        children = list(_idle)
+        _idle.clear()
+    for child in children:
         child.kill()
 
 

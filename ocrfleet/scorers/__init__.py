@@ -3,6 +3,7 @@ description for run_id, which needs no model loaded."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,25 +31,32 @@ def _reader_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"engines": list(SECOND_READERS)})
 
 
-def second_readers(settings: Settings) -> list[Recogniser]:
+def second_readers(settings: Settings, loaded: Sequence[Recogniser] = ()) -> list[Recogniser]:
     """The consensus scorer's independent re-readers, RapidOCR first, whatever engines
     produce the candidates: each candidate is re-read by every reader that is not its
     engine (EasyOCR last, and only where the others leave the decision open). Built by the
-    engines' own loader, with the same settings."""
+    engines' own loader, with the same settings; a reader among `loaded` (the process's
+    engines) is shared, not loaded twice."""
     from ocrfleet.engines import load_recognisers
 
-    return load_recognisers(_reader_settings(settings))
+    have = {reader.name: reader for reader in loaded}
+    missing = [name for name in SECOND_READERS if name not in have]
+    if missing:
+        fresh = load_recognisers(_reader_settings(settings).model_copy(update={"engines": missing}))
+        have.update(zip(missing, fresh, strict=True))
+    return [have[name] for name in SECOND_READERS]
 
 
-def load_scorer(settings: Settings) -> Scorer:
-    """The configured scorer, models loaded (call once per process)."""
+def load_scorer(settings: Settings, loaded: Sequence[Recogniser] = ()) -> Scorer:
+    """The configured scorer, models loaded (call once per process); `loaded`: recognisers
+    the process has already, shared with the scorer."""
     if settings.scorer == "jev":
         from ocrfleet.scorers.jev import JevScorer
 
         return JevScorer(settings)
     from ocrfleet.scorers.consensus import ConsensusScorer
 
-    return ConsensusScorer(settings, second_readers(settings))
+    return ConsensusScorer(settings, second_readers(settings, loaded))
 
 
 def load_policy(settings: Settings) -> Policy:
