@@ -16,8 +16,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.corpus import real_pages  # noqa: E402
 from ocrfleet.config import Settings  # noqa: E402
-from ocrfleet.pipeline.images import load_image  # noqa: E402
-from ocrfleet.pipeline.page import process_image  # noqa: E402
+from ocrfleet.pipeline.page import process_png  # noqa: E402
 from ocrfleet.tasks.startup import startup_check  # noqa: E402
 from ocrfleet.toolkit import load_toolkit  # noqa: E402
 
@@ -32,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     base = Settings(engines=["minicpm"], scorer="jev", layout="rapid", minicpm_device="cuda",
                     jev_device="cuda", minicpm_max_new_tokens=args.max_new_tokens)
-    images = [load_image(data) for data in real_pages(base, args.pages)]
+    pages = real_pages(base, args.pages)
     name = torch.cuda.get_device_name(0)
     for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
         settings = base.model_copy(
@@ -44,15 +43,15 @@ def main() -> None:
         torch.cuda.reset_peak_memory_stats()
         regions = 0
         start = time.perf_counter()
-        for number, image in enumerate(images, start=1):
-            regions += len(process_image(number, image, toolkit).result.regions)
+        for number, data in enumerate(pages, start=1):
+            regions += len(process_png(number, data, toolkit).result.regions)
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() / 2**30
         print(
-            f"device {name} batch {batch_size}: {len(images) / elapsed:.3f} pages/s, "
+            f"device {name} batch {batch_size}: {len(pages) / elapsed:.3f} pages/s, "
             f"{regions / elapsed:.1f} regions/s, peak memory {peak:.2f} GiB "
-            f"({len(images)} pages, {regions} regions)",
+            f"({len(pages)} pages, {regions} regions)",
             flush=True,
         )
         del toolkit

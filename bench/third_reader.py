@@ -3,7 +3,7 @@
 
     python bench/third_reader.py [--pages 6]
 
-Runs the page path of `ocrfleet run` (`pipeline.page.process_image`: orientation,
+Runs the page path of `ocrfleet run` (`pipeline.page.process_png`: orientation,
 detection, recognition by the configured engines, scoring against the scorer's policy) on
 the first real pages of bench/corpus.py, timing every re-reader's model calls inside
 scoring. Prints per page the units, their verdicts and the crops each re-reader read;
@@ -24,8 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.corpus import real_pages  # noqa: E402
 from ocrfleet.config import Settings  # noqa: E402
-from ocrfleet.pipeline.images import load_image  # noqa: E402
-from ocrfleet.pipeline.page import process_image  # noqa: E402
+from ocrfleet.pipeline.page import process_png  # noqa: E402
 from ocrfleet.toolkit import load_toolkit  # noqa: E402
 
 
@@ -62,10 +61,9 @@ def main() -> None:
     total = 0.0
     verdicts: Counter[str] = Counter()
     for number, data in enumerate(real_pages(settings, args.pages), start=1):
-        page = load_image(data)
         before = {r.name: r.crops for r in readers}
         started = time.perf_counter()
-        scores = process_image(number, page, toolkit).result.scores
+        scores = process_png(number, data, toolkit).result.scores
         total += time.perf_counter() - started
         counts = Counter(str(getattr(s.verdict, "value", s.verdict)) for s in scores)
         verdicts += counts

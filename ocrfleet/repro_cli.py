@@ -30,8 +30,7 @@ def run_times(path: Path, settings: Settings, times: int) -> tuple[str, list[lis
     """The run_id and `times` outputs of `path`, each page through the whole page path
     (orientation included) with one set of loaded models (as a worker runs them), nothing
     written."""
-    from ocrfleet.pipeline.images import load_image
-    from ocrfleet.pipeline.page import process_image
+    from ocrfleet.pipeline.page import process_png
     from ocrfleet.pipeline.sandbox import split_document
     from ocrfleet.runs import run_config, run_id_of
     from ocrfleet.service import output_sha256
@@ -46,7 +45,7 @@ def run_times(path: Path, settings: Settings, times: int) -> tuple[str, list[lis
         # Split under the budget, and read back from PNG as a worker reads a stored page.
         with split_document(data, settings, str(path)) as split:
             for page in split.pages():
-                processed = process_image(page.number, load_image(page.png), toolkit)
+                processed = process_png(page.number, page.png, toolkit)
                 result = processed.result
                 size = processed.image.size  # upright, as a worker records it
                 pages.append(PageOutput(page.number, size, result, output_sha256(result)))

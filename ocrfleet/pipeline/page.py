@@ -11,6 +11,7 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.pipeline import textlayer
+from ocrfleet.pipeline.images import load_image
 from ocrfleet.pipeline.orient import upright
 from ocrfleet.pipeline.recognise import recognise
 from ocrfleet.pipeline.regions import detect_regions
@@ -28,6 +29,12 @@ class ProcessedPage:
     image: Image.Image
     orientation: ir.Orientation
     text_layer: textlayer.Judgement | None = None  # a PDF page's own text, judged
+
+
+def process_png(page_number: int, data: bytes, toolkit: Toolkit) -> ProcessedPage:
+    """A stored page, its PNG as the split wrote it (text layer included), through
+    `process_image`: how the worker, `ocrfleet run` and `ocrfleet repro` read a page."""
+    return process_image(page_number, load_image(data), toolkit, textlayer.read_png(data))
 
 
 def process_image(
