@@ -111,18 +111,35 @@ def submit(
     priority: Annotated[str, typer.Option(help="high (interactive) or normal (bulk)")] = "normal",
     timeout: Annotated[float | None, typer.Option(help="seconds to --wait at most")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    redo_ocr: Annotated[
+        bool | None,
+        typer.Option(
+            "--redo-ocr/--skip-text",
+            help="submit under the run that OCRs every PDF page, or that reads good text "
+            "layers (OCRFLEET_TEXT_LAYER; workers of that run read them)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Submit inputs to the fleet; prints each document id. An input that cannot be read is
     named on stderr and the others go on (exit 1)."""
     from ocrfleet import client
+    from ocrfleet.config import get_settings
 
+    settings = get_settings()
+    if redo_ocr is not None:
+        if settings.run_id is not None:
+            message = "error: --redo-ocr/--skip-text choose a run; OCRFLEET_RUN_ID pins one"
+            typer.echo(message, err=True)
+            raise typer.Exit(2)
+        settings = settings.model_copy(update={"text_layer": "redo" if redo_ocr else "use"})
     ids: list[int] = []
     submitted: list[str] = []
     unreadable = 0
     for path in paths:
         source = path if path.startswith(("s3://", "file://")) else Path(path)
         try:
-            ids.append(client.submit(source, priority=priority))
+            ids.append(client.submit(source, priority=priority, settings=settings))
             submitted.append(path)
         except client.UnreadableInput as exc:
             typer.echo(f"error: {exc}", err=True)
