@@ -61,9 +61,30 @@ def page_texts(workdir: Path) -> dict[tuple[str, int], str]:
 @pytest.fixture(scope="module")
 def examples_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     workdir = tmp_path_factory.mktemp("run")
-    done = ocrfleet(["run", "--json", str(EXAMPLES)], workdir)
+    done = ocrfleet(["run", "--json", "--jobs", "2", str(EXAMPLES)], workdir)
     assert done.returncode == 0, done.stderr
     return workdir, json.loads(done.stdout)
+
+
+def run_stats(stderr: str) -> dict:
+    """The `run: {...}` line `ocrfleet run --json` prints on stderr."""
+    line = next(line for line in stderr.splitlines() if line.startswith("run: "))
+    return json.loads(line.removeprefix("run: "))
+
+
+def page_outputs(workdir: Path) -> dict[tuple[str, int], tuple[str, str]]:
+    """Each page's run and output hash (regions, texts, scores and decisions), by input
+    name and page number."""
+    engine = create_engine(f"sqlite:///{workdir / 'ocrfleet.db'}")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT d.source_uri, p.number, d.run_id, p.output_sha256 FROM pages p "
+                "JOIN documents d ON d.id = p.document_id"
+            )
+        ).all()
+    engine.dispose()
+    return {(Path(uri).name, number): (run, output) for uri, number, run, output in rows}
 
 
 def example_inputs() -> list[Path]:
@@ -165,3 +186,63 @@ def test_bad_inputs_are_rejected_and_the_run_goes_on(tmp_path: Path) -> None:
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert ocrfleet(["run", str(tmp_path / "missing")], tmp_path).returncode == 2
     assert ocrfleet(["results", "12345"], tmp_path).returncode == 2
+
+
+def test_one_job_makes_the_same_rows_as_two(
+    examples_run: tuple[Path, list[dict]], tmp_path: Path
+) -> None:
+    """`--jobs 2` (the fixture's run) reads every page as one process does: the same run,
+    and the same output hash on every page."""
+    workdir, _ = examples_run
+    single = ocrfleet(["run", "--json", "--jobs", "1", str(EXAMPLES)], tmp_path)
+    assert single.returncode == 0, single.stderr
+    stats = run_stats(single.stderr)
+    assert stats["jobs"] == 1 and stats["pages"] == len(page_outputs(tmp_path))
+    assert stats["peak_rss_mb"] > 100  # the models alone take more
+    together = page_outputs(workdir)
+    assert len(together) >= 4 and all(output for _, output in together.values())
+    assert page_outputs(tmp_path) == together
+
+
+def page_engines(workdir: Path, name: str) -> dict[int, tuple[set[str], dict | None]]:
+    """Each page of input `name`: the engines of its candidates and its text-layer params."""
+    engine = create_engine(f"sqlite:///{workdir / 'ocrfleet.db'}")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT p.number, c.engine, json_extract(p.params, '$.text_layer') FROM pages p "
+                "JOIN documents d ON d.id = p.document_id "
+                "JOIN regions r ON r.page_id = p.id JOIN candidates c ON c.region_id = r.id "
+                "WHERE d.source_uri LIKE :name"
+            ),
+            {"name": f"%/{name}"},
+        ).all()
+    engine.dispose()
+    pages: dict[int, tuple[set[str], dict | None]] = {}
+    for number, engine_name, layer in rows:
+        engines, _ = pages.setdefault(number, (set(), json.loads(layer) if layer else None))
+        engines.add(engine_name)
+    return pages
+
+
+def test_a_pdf_text_layer_is_read_and_verified_unless_redo(
+    examples_run: tuple[Path, list[dict]], tmp_path: Path
+) -> None:
+    """The letter is a PDF with a real text layer: by default its pages are read from it
+    (engine pdf-text, scored like any engine; the text test above holds it to its ground
+    truth); scans have none. `--redo-ocr` OCRs it, under another run."""
+    workdir, _ = examples_run
+    used = page_engines(workdir, "letter.pdf")
+    assert len(used) == 2
+    for engines, layer in used.values():
+        assert engines == {"pdf-text"}
+        assert layer is not None and layer["used"] and layer["ink_coverage"] > 0.9
+    scanned = page_engines(workdir, "memo.tif")
+    assert scanned and all(e == {"rapidocr"} and layer is None for e, layer in scanned.values())
+
+    redo = ocrfleet(["run", "--json", "--redo-ocr", str(EXAMPLES / "letter.pdf")], tmp_path)
+    assert redo.returncode == 0, redo.stderr
+    for engines, layer in page_engines(tmp_path, "letter.pdf").values():
+        assert engines == {"rapidocr"} and layer is None
+    runs = {run for run, _ in page_outputs(tmp_path).values()}
+    assert runs.isdisjoint(run for run, _ in page_outputs(workdir).values())
