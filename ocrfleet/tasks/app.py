@@ -9,8 +9,9 @@ database counts deliveries per page, so a page that kills its worker every time 
 Workers run the prefork pool with one child per device (see `ocrfleet.tasks.launcher`): the
 parent never loads a model or touches CUDA, the child loads the models in
 `worker_process_init`, the parent enforces the hard time limit (the solo pool cannot) and
-notices at once when the child dies, so a killed page is requeued immediately rather than
-after the broker's visibility timeout, and the child is recycled by task count or memory.
+notices at once when the child dies, so a killed page is requeued immediately, at the head
+of its queue (`ocrfleet.tasks.broker`), rather than after the broker's visibility timeout,
+and the child is recycled by task count or memory.
 
 This module is the app alone, for producers (submit, the API, the sweeps) as much as for
 workers: it imports nothing of the worker runtime. Workers start from
@@ -31,7 +32,6 @@ from ocrfleet.tasks import broker, routing
 
 # The pool waits this long for a new child to report up; the child loads the models first.
 MODEL_LOAD_TIMEOUT_S = 900.0
-
 
 # Stamped on every message at publish, so the worker can measure its queue wait.
 SENT_AT_HEADER = "ocrfleet_sent_at"
