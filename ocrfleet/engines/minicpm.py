@@ -80,10 +80,10 @@ def generation_params(folder: Path, settings: Settings) -> dict[str, Any]:
 
 
 def describe(settings: Settings) -> dict[str, Any]:
-    """Everything that changes this engine's output, without loading the model (run_id)."""
+    """Everything that changes this engine's output, without loading the model (run_id):
+    the checkpoint by its content, not by where an image mounts it."""
     folder = checkpoint_folder(settings.minicpm_model_path, VARIABLE)
     return {
-        "model_path": str(folder),
         "model_sha256": checkpoint_sha256(folder)[:16],
         "prompts_sha256": prompts_sha256()[:16],
         "generation": generation_params(folder, settings),

@@ -61,6 +61,23 @@ def test_only_the_libraries_the_configured_parts_use() -> None:
     assert {"torch", "transformers"} <= scorer_libraries(BASE.model_copy(update={"scorer": "jev"}))
 
 
+def test_a_checkpoint_is_known_by_its_content_not_by_its_path(tmp_path: Path) -> None:
+    """Images that mount the same model at different paths make one run."""
+    pytest.importorskip("transformers")
+    from ocrfleet.engines import describe_engines
+
+    def described(folder: Path) -> list[dict]:
+        settings = BASE.model_copy(update={"engines": ["minicpm"], "minicpm_model_path": folder})
+        return describe_engines(settings)["recognisers"]
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text('{"model_type": "minicpm_ocr"}')
+    assert described(tmp_path / "a") == described(tmp_path / "b")
+    (tmp_path / "b" / "config.json").write_text('{"model_type": "minicpm_ocr", "layers": 2}')
+    assert described(tmp_path / "a") != described(tmp_path / "b")
+
+
 def test_an_install_without_torch_computes_the_same_run(tmp_path: Path) -> None:
     """The README's client-only install (base requirements, no models extra) and this one
     (with torch and transformers) agree on a CPU run."""
