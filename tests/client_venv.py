@@ -1,18 +1,23 @@
 """A virtualenv with what `pip install ocrfleet` (no extras) installs and nothing else: no
 torch, no transformers. It is what an upload service or the README's client-only setup
 runs, built offline in a second: a fresh `python -m venv` whose site-packages links the
-test venv's installed distributions of ocrfleet's base requirements, closed over their own
-requirements (markers evaluated, extras left out), and ocrfleet itself from the repository.
+test venv's installed distributions of the base requirements in pyproject.toml (what
+`pip install .` installs now, whatever the test venv was installed from), closed over their
+own requirements (markers evaluated, extras left out), and ocrfleet itself from the
+repository.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parents[1]
 
 MODELS_EXTRA = ("torch", "torchvision", "transformers")
 
@@ -25,10 +30,16 @@ def _normalise(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def base_distributions(root: str = "ocrfleet") -> list[metadata.Distribution]:
-    """`root` and everything its requirements without extras need, as installed here."""
+def base_requirements() -> list[str]:
+    """ocrfleet's requirements without extras, as pyproject.toml names them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return list(project["dependencies"])
+
+
+def base_distributions() -> list[metadata.Distribution]:
+    """Everything ocrfleet's requirements without extras need, as installed here."""
     found: dict[str, metadata.Distribution] = {}
-    todo = [root]
+    todo = _needed(base_requirements())
     while todo:
         name = _normalise(todo.pop())
         if name in found:
@@ -38,11 +49,14 @@ def base_distributions(root: str = "ocrfleet") -> list[metadata.Distribution]:
         except metadata.PackageNotFoundError as exc:
             raise VenvUnavailable(f"{name} is not installed in {sys.prefix}") from exc
         found[name] = dist
-        for text in dist.requires or []:
-            requirement = Requirement(text)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(requirement.name)
+        todo += _needed(dist.requires or [])
     return list(found.values())
+
+
+def _needed(requirements: list[str]) -> list[str]:
+    """The names of `requirements` that apply here without extras."""
+    parsed = [Requirement(text) for text in requirements]
+    return [r.name for r in parsed if r.marker is None or r.marker.evaluate({"extra": ""})]
 
 
 def _top_level(dist: metadata.Distribution) -> set[str]:
@@ -61,7 +75,7 @@ def build(target: Path) -> Path:
     python = target / "bin" / "python"
     if python.exists():
         return python
-    distributions = [d for d in base_distributions() if _normalise(d.name) != "ocrfleet"]
+    distributions = base_distributions()
     names = {_normalise(d.name) for d in distributions}
     leaked = sorted(names & set(MODELS_EXTRA))
     if leaked:
