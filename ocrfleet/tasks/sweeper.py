@@ -91,10 +91,13 @@ class Sweeper:
             self.held = held
         return held
 
-    def _broker_lost_its_data(self) -> bool:
-        """Whether the epoch marker this sweeper saw is gone; sets it (again) if missing."""
+    def _broker_lost_its_data(self, holder: bool) -> bool:
+        """Whether the epoch marker this sweeper saw is gone. Only the lock's holder sets it
+        (again): a standby that did could hide the loss from a holder about to look."""
         if self._conn.exists(EPOCH_KEY):
             self._saw_epoch = True
+            return False
+        if not holder:
             return False
         lost = self._saw_epoch
         self._conn.set(EPOCH_KEY, uuid.uuid4().hex, nx=True)
@@ -116,10 +119,10 @@ class Sweeper:
 
         now = time.time() if now is None else now
         if not self._hold():
-            self._broker_lost_its_data()  # remember the marker, to notice its loss later
+            self._broker_lost_its_data(holder=False)  # remember the marker, to notice its loss
             return {}
         outcomes: dict[str, Any] = {}
-        if self._broker_lost_its_data():
+        if self._broker_lost_its_data(holder=True):
             log.warning("the broker lost its data: re-sending every pending page and document")
             outcomes["lost"] = requeue_lost(self.settings, lost_after_s=0.0)
             self._conn.set(LAST_RUN_PREFIX + "lost", now)
