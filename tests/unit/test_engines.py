@@ -11,7 +11,7 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
-from ocrfleet.engines import describe_engines, load_detector, load_recognisers
+from ocrfleet.engines import describe_engines, load_detector, load_recognisers, rapidocr
 from ocrfleet.engines.rapidocr import (
     DET_MODEL,
     RapidDetector,
@@ -148,6 +148,23 @@ def test_rapidocr_does_not_log_at_info(capfd):
 
 def test_thread_setting_is_accepted_and_reads_the_same(rapid, line_images):
     assert RapidRecogniser(threads=1).recognise(line_images[:3]) == rapid.recognise(line_images[:3])
+
+
+def test_runtimes_read_the_same_boxes_and_text_and_are_told_apart(
+    monkeypatch, rapid, detector, line_images, page
+):
+    # OpenVINO is the default where installed; onnxruntime runs the same files. Their
+    # outputs differ in the fifth decimal, so the boxes and texts agree, but run_id does not.
+    assert rapidocr.RUNTIME == "openvino"
+    monkeypatch.setattr(rapidocr, "RUNTIME", "onnxruntime")
+    ort_rec, ort_det = RapidRecogniser(batch_size=16), RapidDetector()
+    assert recogniser_version() == ort_rec.version != rapid.version
+    assert detector_version() == ort_det.version != detector.version
+    assert [t for t, _ in ort_rec.recognise(line_images)] == [
+        t for t, _ in rapid.recognise(line_images)
+    ]
+    image, _ = page
+    assert [r.bbox for r in ort_det.detect(image)] == [r.bbox for r in detector.detect(image)]
 
 
 # --- tesseract --------------------------------------------------------------------------------
