@@ -44,7 +44,7 @@ from tests.integration.fleet_helpers import (
 )
 from tests.integration.review.conftest import review_db, world  # noqa: F401
 from tests.integration.review.helpers import World, csrf_of, login, settings_for, version_of
-from tests.unit.test_infra import command_lines
+from tests.unit.test_infra import all_processes
 
 FLEET_SECRET = "fleet-secret-for-keyless-producers"
 RUN = "r" * 64
@@ -267,20 +267,20 @@ def test_deliveries_have_a_queue_and_a_worker_child_of_their_own() -> None:
     assert routing.WEBHOOK_QUEUE in {q.name for q in routing.task_queues()}
     ingest, hooks_child = plan_children(["ingest"], [], concurrency=2, webhook_threads=4)
     queues = {c.name: c.argv[c.argv.index("--queues") + 1] for c in (ingest, hooks_child)}
-    assert queues == {"ingest": "sweeps,ingest.high,ingest", "webhooks": "webhooks"}
+    assert queues == {"ingest": "ingest.high,ingest", "webhooks": "webhooks"}
     assert hooks_child.argv[hooks_child.argv.index("--pool") + 1] == "threads"
     assert [c.name for c in plan_children(["webhooks"], [], webhook_threads=2)] == ["webhooks"]
     # infra/ starts delivery workers in every form: compose and Kubernetes through their
     # ingest launchers, systemd with a unit of its own.
     roles = {
-        where: argv[argv.index("--queues") + 1].split(",")
-        for where, argv in command_lines()
-        if argv[0] == "worker"
+        p.where: (p.option("--queues") or "").split(",")
+        for p in all_processes()
+        if p.argv[0] == "worker"
     }
     delivering = {where for where, r in roles.items() if "ingest" in r or "webhooks" in r}
-    assert {where.split()[0] for where in delivering} >= {
-        "compose",
-        "ingest-workers.yaml",
+    assert delivering >= {
+        "compose ingest",
+        "Deployment ocrfleet-ingest",
         "ocrfleet-webhooks.service",
     }, roles
 
