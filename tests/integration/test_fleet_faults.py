@@ -370,6 +370,7 @@ def test_chaos_on_a_fleet_started_as_the_readme_says_loses_nothing(
     def settle(fault: str, hit: set[int], at: float) -> None:
         """Wait until every page `hit` by the fault is done; record the slowest."""
         wait_finished(ids, settings, 900, gpu)
+        assert hit, f"{fault}: it hit no page"
         assert hit <= set(done.at), f"{fault}: pages never seen done"
         recovery[fault] = max(done.at[page] for page in hit) - at
 
@@ -421,7 +422,7 @@ def test_chaos_on_a_fleet_started_as_the_readme_says_loses_nothing(
 
         # Every database connection cut, again and again for ~4 s, pages in flight.
         submit(4, 2)
-        wait_until(lambda: _busy_device_worker(broker) is not None, 600, "a page running")
+        wait_until(lambda: queue_depths(broker)["gpu"] >= 3, 600, "queued pages")
         hit = _pending_pages(url)
         at = time.monotonic()
         database = pg_url.rsplit("/", 1)[1]
