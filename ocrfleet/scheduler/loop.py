@@ -50,6 +50,7 @@ class Scheduler:
             settings.broker_url, socket_timeout=10, socket_connect_timeout=5
         )
         self.states: dict[str, PoolState] = {}
+        self._said: dict[str, tuple[int, int]] = {}  # role -> (current, desired) last logged
         for actuator in self.actuators:
             pool_params(settings, actuator.role)  # a bad pre-warm window fails here
             self.states[actuator.role] = PoolState(target=actuator.current() or 0)
@@ -75,7 +76,9 @@ class Scheduler:
             self._record(decision, actuator.name)
             exporter.record(decision, actual=live)
             decisions.append(decision)
-            if decision.direction:
+            said = (decision.current, decision.desired)
+            if decision.direction and self._said.get(role) != said:  # not every tick
+                self._said[role] = said
                 verb = "would set" if self.dry_run else "set"
                 log.info(
                     "%s: %s %d (now %d): %s",
