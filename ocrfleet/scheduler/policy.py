@@ -388,7 +388,10 @@ def decide(
         # one worker stays warm until the pool has been idle long enough.
         keep = max(floor, 1, keep_need)
         if keep < current:
-            if cooled:
+            if measured is None and backlog_total > 0:
+                # An assumed rate shrank a busy ingest pool at start: wait for a measured one.
+                reason = "hold: no rate measured yet"
+            elif cooled:
                 step = max(1, math.floor(current * params.down_step))
                 desired = max(keep, current - step)
                 reason = f"down: at most {recent_need:.1f} needed of {current} lately"

@@ -132,8 +132,9 @@ def test_a_busy_pool_shrinks_a_step_at_a_time() -> None:
     # Enough work for 2 workers keeps arriving: 8 -> 6 -> 5 -> 4 -> 3 -> 2, a cooldown apart.
     total, targets = 0, [8]
     for i in range(300):
-        total += 6  # 0.6 pages/s: 2 workers of 0.5 pages/s with room to spare
-        decision, state = decide(demand(normal=2, total=total), state, PARAMS, i * 10.0)
+        total += 6  # 0.6 pages/s, done at 0.6 pages/s by a busy worker: one, and one spare
+        step = demand(normal=2, total=total, done=total - 2, running=1)
+        decision, state = decide(step, state, PARAMS, i * 10.0)
         targets.append(decision.desired)
     pairs = enumerate(zip(targets, targets[1:], strict=False))
     moves = [(i, b - a) for i, (a, b) in pairs if b != a]
@@ -331,6 +332,23 @@ def test_a_burst_is_not_counted_again_as_arrivals_to_come() -> None:
         if t == 1800 + 70:  # one short window later: the base rate again
             assert history.arrival_rate(60, 900) == pytest.approx(0.1, abs=0.02)
     assert history.last_arrival() == 3590.0
+
+
+def test_an_ingest_pool_is_sized_on_its_measured_rate() -> None:
+    """The finding: the ingest pool, sized from an assumed 1 document/s, went from 2
+    processes to 1 at start and stayed there through a 60-document backlog."""
+    params = replace(PARAMS, role="ingest", min_workers=1, default_rate=1.0, down_cooldown_s=0)
+    backlog = demand(normal=90, age_normal=0.0, total=110, done=20, running=2)
+    first, state = decide(backlog, PoolState(target=2), params, 0.0)
+    assert (first.desired, first.reason) == (2, "hold: no rate measured yet")
+    # Two processes busy for 300 s split 20 documents: 30 s a document, 90 of them to
+    # start within the 900 s SLO need three.
+    history = History()
+    for t in range(0, 300, 10):
+        history = history.add(Sample(float(t), 110, 20 * t // 300, 2), keep_s=3600)
+    measured, _ = decide(backlog, replace(state, history=history), params, 300.0)
+    assert measured.inputs["rate"] == pytest.approx(1 / 30)
+    assert measured.desired == 3 and measured.reason.startswith("up:")
 
 
 # -- generated traces: a discrete fleet under the policy ----------------------------------
