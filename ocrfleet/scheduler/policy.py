@@ -9,19 +9,19 @@ start-up, and the running ones are counted for the whole period.
 In steady state the pool is the arrival rate over a worker's rate, with no extra
 headroom: queueing is what the backlog terms size for. Both rates are measured over
 windows of time (`ocrfleet.scheduler.rates`): a worker's from the units finished per busy
-worker-second, the arrivals' as the smaller of a short and a long window's average.
+worker-second, the arrivals' as the smaller of the rate window's and the SLO's average.
 
 Shape of the response: up at once, to the full size needed (one step per spike), when
-there is work waiting or running (expected arrivals alone start nothing); down
-slowly, one quarter of the pool at a time, only when the smaller pool keeps `hysteresis`
-spare capacity over the largest need of the last cooldown, and only a cooldown after the
-last change (`down_cooldown_s`, never under `idle_loads` start-ups), so a pool does not
-flap. To the minimum (zero for device pools) once nothing has arrived and nothing waited
-or ran for `idle_wait_s` (`idle_loads` start-ups, at least `min_idle_s`): restarting costs
-a model load, and an idle pool pays that much again within a few load times. So after the
-last page of a burst finishes, the pool is at its minimum within `idle_wait_s` plus two
-ticks. Pre-warm windows (cron) raise the minimum before known peaks. Never more device
-workers than devices.
+there is work waiting or running (expected arrivals alone start nothing); down slowly,
+one quarter of the pool at a time, only when the smaller pool keeps `hysteresis` spare
+capacity over the largest need of the last cooldown, only a cooldown after the last change
+(`down_cooldown_s`, never under `idle_loads` start-ups), and never on an assumed rate
+while work waits, so a pool does not flap. To the minimum (zero for device pools) once
+nothing has arrived and nothing waited or ran for `idle_wait_s` (`idle_loads` start-ups,
+at least `min_idle_s`): restarting costs a model load, and an idle pool pays that much
+again within a few load times. So after the last page of a burst finishes, the pool is at
+its minimum within `idle_wait_s` plus two ticks. Pre-warm windows (cron) raise the minimum
+before known peaks. Never more device workers than devices.
 """
 
 from __future__ import annotations
