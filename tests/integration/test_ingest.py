@@ -3,16 +3,19 @@ terminal `rejected` row with its specific reason, and the inputs after it go on.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.db import models
 from ocrfleet.db.migrate import upgrade
-from ocrfleet.db.session import session_scope
+from ocrfleet.db.session import get_engine, session_scope
 from ocrfleet.runs import PinMismatch, RunConfigError
 from ocrfleet.service import Context, IngestOutcome, ingest, process_page
 from tests.fixtures.badinputs import BadInput, cases, pdf_bytes
@@ -123,3 +126,59 @@ def test_a_pinned_run_needs_no_engine_files_and_must_match(
         Context(wrong).own_run_id  # noqa: B018
     with pytest.raises(RunConfigError, match="is not registered"):
         Context(fleet.model_copy(update={"run_id": "f" * 64})).run_id  # noqa: B018
+
+
+def test_a_document_cancelled_while_its_ingest_splits_it_gets_no_pages(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The cancel commits between the ingest's first look (still `pending`) and its write:
+    the guarded move leaves the document cancelled, no page row is made, and the page
+    images written for it are deleted again."""
+    ctx = context(pg_url, tmp_path)
+    data = pdf_bytes(pages=2)
+    with ctx.session() as session:  # the row `client.submit` makes
+        session.add(
+            models.Document(
+                run_id=ctx.run_id,
+                sha256=hashlib.sha256(data).hexdigest(),
+                source_uri="upload/late.pdf",
+                status="pending",
+            )
+        )
+    canceller = get_engine(pg_url).connect()
+    transaction = canceller.begin()
+    (doc_id,) = canceller.execute(
+        text("UPDATE documents SET status = 'cancelled' RETURNING id")
+    ).one()
+    outcome: list[IngestOutcome] = []
+    ingesting = threading.Thread(
+        target=lambda: outcome.append(ingest(ctx, "upload/late.pdf", data=data))
+    )
+    ingesting.start()
+    deadline = time.monotonic() + 120
+    while ingesting.is_alive() and time.monotonic() < deadline:
+        # Until the ingest waits for the cancel's row lock (a fresh statistics snapshot
+        # each time: the canceller's transaction would keep its first).
+        with get_engine(pg_url).connect() as watcher:
+            waiting = watcher.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+            ).scalar_one()
+        if waiting:
+            break
+        time.sleep(0.05)
+    transaction.commit()
+    canceller.close()
+    ingesting.join(timeout=60)
+    (late,) = outcome
+    assert (late.document_id, late.status, late.page_ids, late.created) == (
+        doc_id,
+        ir.DocumentStatus.cancelled,
+        [],
+        False,
+    )
+    with ctx.session() as session:
+        assert session.scalars(select(models.Page.id)).all() == []
+    assert not list((tmp_path / "store").rglob("*.png"))
