@@ -25,7 +25,8 @@ from ocrfleet.db.rule_flags import flag_document, flag_page
 from ocrfleet.db.session import session_scope
 from ocrfleet.db.upsert import upsert
 from ocrfleet.errors import describe, is_transient
-from ocrfleet.pipeline.images import InputRejected, load_image
+from ocrfleet.memory import release_memory
+from ocrfleet.pipeline.images import InputRejected
 from ocrfleet.pipeline.rules import RuleSet, load_rules
 from ocrfleet.pipeline.sandbox import Split, split_document
 from ocrfleet.runs import (
@@ -297,7 +298,7 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
     """OCR one page and commit all of it at once; a finished page is a no-op. A page of
     another run than this process's raises OtherRun before any work: it is left for a
     worker of that run."""
-    from ocrfleet.pipeline.page import process_image
+    from ocrfleet.pipeline.page import process_png
 
     with ctx.session() as session:
         page = session.get(models.Page, page_id)
@@ -309,7 +310,7 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
     check_page_run(ctx, page_id)
 
     data = ctx.store.get(ctx.store.key_of(image_uri))
-    processed = process_image(number, load_image(data), ctx.toolkit)
+    processed = process_png(number, data, ctx.toolkit)
     result = processed.result
 
     with ctx.session() as session:
@@ -327,6 +328,8 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
         )
         if finished is not None and ctx.rules is not None:
             flag_document(session, finished, ctx.rules)
+    del data, processed, result  # persisted: the page's images go now, not with the next
+    release_memory()
     return ir.PageStatus.done
 
 
@@ -349,6 +352,22 @@ def page_params(ctx: Context, processed: ProcessedPage) -> dict[str, Any]:
         "height": image.height,
         "orientation": processed.orientation.model_dump(mode="json"),
         "detection": plan.model_dump(mode="json"),
+        **text_layer_params(processed),
+    }
+
+
+def text_layer_params(processed: ProcessedPage) -> dict[str, Any]:
+    """A PDF page's text layer, when judged: used or not, why, and the evidence."""
+    judged = processed.text_layer
+    if judged is None:
+        return {}
+    return {
+        "text_layer": {
+            "used": judged.good,
+            "why": judged.why,
+            "unmapped": round(judged.unmapped, 4),
+            "ink_coverage": round(judged.coverage, 4),
+        }
     }
 
 
@@ -374,7 +393,7 @@ def wait_for_run(ctx: Context, document_id: int, run_id: str) -> None:
     its run (`ocrfleet status` shows the reason). The first page of it that a worker of
     that run finishes clears it (`clear_waiting`)."""
     doc = models.Document
-    unfinished = (ir.DocumentStatus.pending, ir.DocumentStatus.processing)
+    unfinished = [status.value for status in states.UNFINISHED]
     with ctx.session() as session:
         session.execute(
             update(doc)
