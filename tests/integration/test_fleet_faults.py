@@ -419,6 +419,8 @@ def test_chaos_on_a_fleet_started_as_the_readme_says_loses_nothing(
         private_redis.wipe()
         private_redis.start()
         settle("redis data loss", hit, at)
+        logs = (tmp_path / "gpu.log").read_text() + (tmp_path / "ingest.log").read_text()
+        assert "the broker lost its data" in logs  # swept at once, not after the age limit
 
         # Every database connection cut, again and again for ~4 s, pages in flight.
         submit(4, 2)
