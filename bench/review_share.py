@@ -26,7 +26,15 @@ Figures hold no lines (theirs are regions of their own) and are left out of the 
 
 Then `ocrfleet run --json examples/`: its regions and how many await review (target <= 2).
 
+With `--shortcuts`, the sets' pages (examples/ too, truth: its `.gt.txt` files) go instead
+through the one page path in this process (`process_image`, default settings, a PDF page's
+text layer included) with the scorer's shortcuts watched: every candidate the scorer leaves
+`bounded` (out of its threshold's reach, or screened out) is also scored in full, and the
+bench prints how many of the regions a shortcut sent to review the full score would have
+accepted, and how many of those are right by the truth (the shortcut's cost).
+
     python bench/review_share.py [--olmocr N] [--receipts N] [--sets unlv,olmocr,sroie,examples]
+    python bench/review_share.py --shortcuts [--olmocr N] [--receipts N] [--sets unlv,olmocr]
 """
 
 from __future__ import annotations
@@ -91,6 +99,8 @@ def run_cli(files: list[Path], workdir: Path) -> tuple[str, list[dict]]:
         raise SystemExit(f"ocrfleet run exited {done.returncode}: {done.stderr[-2000:]}")
     return url, json.loads(done.stdout)
 
+
+EXAMPLE_TYPES = (".pdf", ".tif", ".jpg", ".png")  # the inputs among examples/' files
 
 UNREADABLE = "~"  # UNLV's mark for a character its transcript could not encode
 
@@ -167,6 +177,86 @@ def tally(
     dispose_engines()
 
 
+@dataclass
+class Shortcuts:
+    """The regions a shortcut (`bounded`) sent to review, and what the full score says."""
+
+    regions: int = 0  # regions with text to verify
+    flagged: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)  # shortcut regions, by flag
+    full_accepts: int = 0  # of them, accepted by the full score
+    judged: int = 0  # of those, with truth to judge them by
+    right: int = 0
+    examples: list[str] = field(default_factory=list)
+
+
+class FullScores:
+    """The toolkit's scorer, which also scores in full every unit its shortcuts decide
+    (`bounded`): `full[(region, engine)]` is that full score."""
+
+    def __init__(self, scorer) -> None:
+        self.inner = scorer
+        self.name, self.version = scorer.name, scorer.version
+        self.full: dict[tuple[int, str], float | None] = {}
+
+    def score(self, units):
+        return self.inner.score(units)
+
+    def score_against(self, units, threshold):
+        from ocrfleet import ir
+
+        scores = self.inner.score_against(units, threshold)
+        cut = [i for i, s in enumerate(scores) if s.verdict == ir.Verdict.bounded]
+        for i, full in zip(cut, self.inner.score([units[i] for i in cut]), strict=True):
+            self.full[(units[i].region_number, units[i].engine)] = full.score
+        return scores
+
+
+def shortcuts(files: list[Path], truth_of: dict[str, str], case_sensitive: bool) -> Shortcuts:
+    """`files` through `process_image` with the scorer watched (see the module's doc)."""
+    from dataclasses import replace
+
+    from ocrfleet.config import Settings
+    from ocrfleet.pipeline.page import process_image
+    from ocrfleet.pipeline.split import iter_pages_with_text
+    from ocrfleet.toolkit import load_toolkit
+
+    settings = Settings()
+    base = load_toolkit(settings)
+    counts = Shortcuts()
+    for path in files:
+        truth = truth_of.get(path.name)
+        pages = iter_pages_with_text(path.read_bytes(), settings)
+        for number, (image, layer) in enumerate(pages, start=1):
+            watched = FullScores(base.scorer)
+            result = process_image(number, image, replace(base, scorer=watched), layer).result
+            by_number = {r.number: r for r in result.regions}
+            for decision in result.decisions:
+                region = by_number[decision.region_number]
+                if not region.category.has_text:
+                    continue
+                counts.regions += 1
+                counts.flagged += not decision.accepted
+                key = (decision.region_number, decision.chosen_engine)
+                if decision.accepted or key not in watched.full:
+                    continue
+                reason = str(decision.flag_reason)
+                counts.by_reason[reason] = counts.by_reason.get(reason, 0) + 1
+                full = watched.full[key]
+                if full is None or decision.threshold is None or full < decision.threshold:
+                    continue
+                counts.full_accepts += 1
+                text = canonical(result.region_text(region.number), case_sensitive=case_sensitive)
+                if truth is not None:
+                    counts.judged += 1
+                    counts.right += found(text, truth)
+                counts.examples.append(
+                    f"{path.name}:{number}: {reason} bound, full {full:.4f} >= "
+                    f"{decision.threshold:.4f}: {text!r}"
+                )
+    return counts
+
+
 def receipts(count: int) -> list[Path]:
     images = sorted((SROIE / "images").glob("*.jpg"))
     if count >= len(images):
@@ -186,6 +276,9 @@ def main() -> None:
     parser.add_argument("--receipts", type=int, default=20)
     parser.add_argument("--show", type=int, default=10, help="wrong accepted texts per set")
     parser.add_argument("--sets", default="unlv,olmocr,sroie,examples", help="comma list")
+    parser.add_argument(
+        "--shortcuts", action="store_true", help="what the scorer's shortcuts cost (in process)"
+    )
     args = parser.parse_args()
     chosen = set(args.sets.split(","))
     unlv = sorted((REALDOCS / "tesseract_test").glob("*.tif"))
@@ -200,6 +293,29 @@ def main() -> None:
         "olmocr": (pdfs, {}, True),
         "sroie": (sroie, {p.name: receipt_truth(p) for p in sroie}, False),
     }
+    if args.shortcuts:
+        examples = sorted(p for p in (REPO / "examples").iterdir() if p.suffix in EXAMPLE_TYPES)
+        sets["examples"] = (
+            examples,
+            {p.name: canonical(Path(f"{p}.gt.txt").read_text(encoding="utf-8")) for p in examples},
+            True,
+        )
+        for name, (files, truth_of, case_sensitive) in sets.items():
+            if name not in chosen or not files:
+                continue
+            counts = shortcuts(files, truth_of, case_sensitive)
+            line = (
+                f"{name}: documents {len(files)}, regions {counts.regions}, flagged "
+                f"{counts.flagged}, sent to review by a "
+                f"shortcut {sum(counts.by_reason.values())} {counts.by_reason}, accepted by the "
+                f"full score {counts.full_accepts}"
+            )
+            if counts.judged:
+                line += f", right {counts.right} of {counts.judged}"
+            print(line, flush=True)
+            for example in counts.examples[: args.show]:
+                print(f"  {example}")
+        return
     reasons: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (files, truth_of, case_sensitive) in sets.items():
