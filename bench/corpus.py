@@ -1,12 +1,18 @@
-"""Where the real third-party documents are, and the page corpus the throughput benches share.
+"""Where the real third-party documents are, the page corpus the throughput benches share,
+and the one word recall against ground truth the speed benches report.
 
 The set lives beside the checkout (`../shared/data/realdocs`); `OCRFLEET_REALDOCS` points
-elsewhere when a clone sits somewhere else."""
+elsewhere when a clone sits somewhere else. Receipts come from the training set beside it
+(`../shared/data/train/sroie`)."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import string
+import unicodedata
+from collections import Counter
 from pathlib import Path
 
 from PIL import Image, PngImagePlugin
@@ -26,6 +32,48 @@ def find_realdocs() -> Path:
 
 
 REALDOCS = find_realdocs()
+SROIE = REALDOCS.parent / "train" / "sroie"
+OLMOCR = REALDOCS / "olmocr_bench_sample"
+_EDGES = string.punctuation + "‘’“”«»–—…·•°©®™"
+
+
+def words(text: str) -> Counter[str]:
+    """The words of `text` as a multiset: NFKC, case-folded (receipt transcripts are upper
+    case where the print is not), punctuation stripped from both ends, empty ones dropped."""
+    found = (w.strip(_EDGES) for w in unicodedata.normalize("NFKC", text).casefold().split())
+    return Counter(w for w in found if w)
+
+
+def word_recall(text: str, truth: str) -> tuple[int, int]:
+    """(words of `truth` found in `text`, words of `truth`), both counted as multisets, so
+    reading order does not count and a set's recall is the ratio of the sums."""
+    wanted = words(truth)
+    return sum((words(text) & wanted).values()), sum(wanted.values())
+
+
+def receipt_images(count: int) -> list[Path]:
+    """`count` SROIE receipts spread evenly over the set."""
+    images = sorted((SROIE / "images").glob("*.jpg"))
+    step = max(1.0, len(images) / max(1, count))
+    return [images[int(i * step)] for i in range(min(count, len(images)))]
+
+
+def receipt_truth(image: Path) -> str:
+    """A receipt's transcript lines (box/<id>.csv: 8 coordinates, then the text)."""
+    rows = (SROIE / "box" / f"{image.stem}.csv").read_text(encoding="utf-8", errors="replace")
+    return "\n".join(line.split(",", 8)[8] for line in rows.splitlines() if line.count(",") >= 8)
+
+
+def olmocr_truth() -> dict[tuple[str, int], str]:
+    """(PDF path under pdfs/, page) -> the text of the page's olmOCR-bench `present` checks:
+    the only ground truth the sample has (snippets the page must contain)."""
+    truth: dict[tuple[str, int], list[str]] = {}
+    for line in (OLMOCR / "dataset.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            check = json.loads(line)
+            if check["type"] == "present":
+                truth.setdefault((check["pdf"], int(check["page"])), []).append(check["text"])
+    return {key: "\n".join(texts) for key, texts in truth.items()}
 
 
 def real_pages(settings: Settings, limit: int) -> list[bytes]:

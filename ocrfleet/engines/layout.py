@@ -44,6 +44,7 @@ import numpy as np
 from PIL import Image
 
 from ocrfleet import ir
+from ocrfleet.engines import base
 from ocrfleet.pipeline.regions import reading_order, row_order
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ def layout_version(model_path: Path | None = None) -> str:
         {
             "model": path.name,
             "sha256": _file_sha256(path, stat.st_size, stat.st_mtime_ns),
+            "runtime": f"{base.RUNTIME} {package_version(base.RUNTIME)}",
             "params": [
                 [MODEL_SCORE, KEEP_SCORE, TABLE_SCORE, NMS_IOU, OVERLAP_SHARE, LINE_SHARE],
                 [ROW_GAP, FIGURE_TEXT_SHARE, PAGE_FIGURE_SHARE, "flow", FLOW_MAX_BLOCKS],
@@ -159,10 +161,14 @@ class LayoutDetector:
         logging.getLogger("rapid_layout").setLevel(logging.WARNING)
         path = Path(model_path or _model_path())
         self.version = f"{layout_version(path)}/{lines.version}"  # type: ignore[attr-defined]
-        engine_cfg = {} if threads is None else {"intra_op_num_threads": threads}
+        # The runtime RapidOCR's models run on (OpenVINO: 1.6x faster here, same boxes).
+        openvino = base.RUNTIME == "openvino"
+        threads_key = "inference_num_threads" if openvino else "intra_op_num_threads"
+        engine_cfg = {} if threads is None else {threads_key: threads}
         self._model = RapidLayout(
             model_type="pp_layout_cdla",
             model_dir_or_path=str(path),
+            engine_type=base.RUNTIME,
             conf_thresh=MODEL_SCORE,
             iou_thresh=NMS_IOU,
             engine_cfg=engine_cfg,

@@ -11,7 +11,7 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
-from ocrfleet.engines import describe_engines, load_detector, load_recognisers, rapidocr
+from ocrfleet.engines import base, describe_engines, load_detector, load_recognisers
 from ocrfleet.engines.rapidocr import (
     DET_MODEL,
     RapidDetector,
@@ -151,20 +151,27 @@ def test_thread_setting_is_accepted_and_reads_the_same(rapid, line_images):
 
 
 def test_runtimes_read_the_same_boxes_and_text_and_are_told_apart(
-    monkeypatch, rapid, detector, line_images, page
+    monkeypatch, rapid, detector, line_images
 ):
     # OpenVINO is the default where installed; onnxruntime runs the same files. Their
-    # outputs differ in the fifth decimal, so the boxes and texts agree, but run_id does not.
-    assert rapidocr.RUNTIME == "openvino"
-    monkeypatch.setattr(rapidocr, "RUNTIME", "onnxruntime")
+    # outputs differ in the fifth decimal, so boxes and texts agree, but run_id does not.
+    from ocrfleet.engines.layout import LayoutDetector, layout_version
+
+    page = Image.open(REALDOCS / "tesseract_test" / "phototest.tif").convert("RGB")
+    layout, versions = LayoutDetector(detector), (layout_version(), recogniser_version())
+    assert base.RUNTIME == "openvino"
+    monkeypatch.setattr(base, "RUNTIME", "onnxruntime")
     ort_rec, ort_det = RapidRecogniser(batch_size=16), RapidDetector()
     assert recogniser_version() == ort_rec.version != rapid.version
     assert detector_version() == ort_det.version != detector.version
+    assert layout_version() != versions[0] and versions[1] == rapid.version
     assert [t for t, _ in ort_rec.recognise(line_images)] == [
         t for t, _ in rapid.recognise(line_images)
     ]
-    image, _ = page
-    assert [r.bbox for r in ort_det.detect(image)] == [r.bbox for r in detector.detect(image)]
+    assert [r.bbox for r in ort_det.detect(page)] == [r.bbox for r in detector.detect(page)]
+    ort_blocks, blocks = LayoutDetector(ort_det).blocks(page), layout.blocks(page)
+    assert [(b.category, b.bbox) for b in ort_blocks] == [(b.category, b.bbox) for b in blocks]
+    assert [b.score for b in ort_blocks] == pytest.approx([b.score for b in blocks], abs=1e-4)
 
 
 # --- tesseract --------------------------------------------------------------------------------
