@@ -29,6 +29,10 @@ WORKER_RATE = Gauge(
 ARRIVALS = Gauge(
     "ocrfleet_scheduler_arrival_rate", "Units arriving per second, as the policy expects", ["role"]
 )
+UNSERVED = Gauge(
+    "ocrfleet_scheduler_runs_without_worker",
+    "Runs whose work waits while no live worker reads pages for them",
+)
 WORKER_LOAD = Gauge("ocrfleet_worker_model_load_seconds", "Measured at worker start", ["worker"])
 
 
@@ -48,6 +52,7 @@ def observe(snapshot: Snapshot) -> None:
         OLDEST.labels(priority).set(age or 0.0)
     for status, count in snapshot.pages.items():
         PAGES.labels(status).set(count)
+    UNSERVED.set(len(snapshot.unserved_runs()))
     WORKER_LOAD.clear()
     for worker in snapshot.workers:
         if worker.load_s is not None:

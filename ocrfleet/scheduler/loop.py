@@ -51,6 +51,7 @@ class Scheduler:
         )
         self.states: dict[str, PoolState] = {}
         self._said: dict[str, tuple[int, int]] = {}  # role -> (current, desired) last logged
+        self._unserved: list[str] = []  # runs last reported waiting for a worker of their own
         for actuator in self.actuators:
             pool_params(settings, actuator.role)  # a bad pre-warm window fails here
             self.states[actuator.role] = PoolState(target=actuator.current() or 0)
@@ -89,7 +90,20 @@ class Scheduler:
                     decision.reason,
                 )
         exporter.observe(snapshot)
+        self._report_unserved(snapshot)
         return snapshot, decisions
+
+    def _report_unserved(self, snapshot: Snapshot) -> None:
+        unserved = snapshot.unserved_runs()
+        if unserved and unserved != self._unserved:  # once per change, not every tick
+            runs = {w.run_id for w in snapshot.workers if w.run_id}
+            log.warning(
+                "run mismatch: work of run %s waits, but the live workers run %s; "
+                "start workers of that run or resubmit under theirs (ocrfleet run-id)",
+                ", ".join(r[:12] for r in unserved),
+                ", ".join(sorted(r[:12] for r in runs)) or "none",
+            )
+        self._unserved = unserved
 
     def _record(self, decision: Decision, actuator: str) -> None:
         with session_scope(self.settings.database_url) as session:

@@ -28,7 +28,7 @@ from ocrfleet.db import models
 from ocrfleet.db.session import session_scope
 from ocrfleet.ir import DocumentStatus, PageStatus
 from ocrfleet.tasks import routing
-from ocrfleet.tasks.heartbeat import READY_PREFIX, WORKER_PREFIX
+from ocrfleet.tasks.heartbeat import READY_PREFIX, WAITING_KEY, WORKER_PREFIX
 
 # kombu.transport.redis: Channel.sep, PRIORITY_STEPS, unacked_key.
 PRIORITY_SEP = "\x06\x16"
@@ -37,6 +37,9 @@ UNACKED_KEY = "unacked"
 UNACKED_INDEX_KEY = "unacked_index"
 
 QUEUES: tuple[str, ...] = tuple(name for pair in routing.ROLES.values() for name in pair)
+# Work of a run put back this recently, by a worker of another run, still waits for a
+# worker of its own (workers refresh the entry at least every RUN_WAIT_S while it waits).
+WAITING_FRESH_S = 60.0
 
 
 class _Frozen(BaseModel):
@@ -56,6 +59,7 @@ class WorkerSignal(_Frozen):
     load_s: float | None  # model load time its pool process measured
     busy: bool
     held: list[dict[str, Any]] = []
+    run_id: str | None = None  # the run its pool reads pages for (None: ingest only)
 
     @property
     def role(self) -> str:
@@ -74,6 +78,17 @@ class Snapshot(_Frozen):
     documents_total: int  # every document ever submitted: its increase is ingest's arrivals
     documents_split: int  # documents an ingest worker is through with
     workers: list[WorkerSignal]
+    runs_waiting: dict[str, float] = {}  # run -> when a worker of another run last put it back
+
+    def unserved_runs(self) -> list[str]:
+        """Runs whose work waits while no live worker reads pages for them: a mismatch of
+        images or settings that no pool size fixes, so it is reported, not scaled for."""
+        served = {w.run_id for w in self.workers if w.run_id}
+        return sorted(
+            run
+            for run, at in self.runs_waiting.items()
+            if self.taken_at - at <= WAITING_FRESH_S and run not in served
+        )
 
     def backlog(self, role: str) -> int:
         """Messages of `role` waiting or in flight, both priorities."""
@@ -152,19 +167,28 @@ def worker_signals(conn: redis.Redis, now: float | None = None) -> list[WorkerSi
         if raw is None:
             continue
         beat = json.loads(raw)
-        load = json.loads(ready_raw).get("load_s") if ready_raw else None
+        ready_record = json.loads(ready_raw) if ready_raw else {}
         held = beat.get("held") or []
         workers.append(
             WorkerSignal(
                 hostname=hostname,
                 queues=beat.get("queues") or [],
                 age_s=max(0.0, now - float(beat.get("ts", now))),
-                load_s=load,
+                load_s=ready_record.get("load_s"),
+                run_id=ready_record.get("run_id"),
                 busy=any(h.get("task") == routing.PAGE_TASK for h in held),
                 held=held,
             )
         )
     return workers
+
+
+def runs_waiting(conn: redis.Redis) -> dict[str, float]:
+    """Runs whose work a worker of another run put back, with when it last did."""
+    return {
+        run.decode(): float(json.loads(raw).get("at", 0.0))
+        for run, raw in conn.hgetall(WAITING_KEY).items()
+    }
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -251,6 +275,7 @@ def read_snapshot(conn: redis.Redis, database_url: str, now: float | None = None
         taken_at=now,
         queues=queue_signals(conn),
         workers=worker_signals(conn, now),
+        runs_waiting=runs_waiting(conn),
         **database_signals(database_url, now),
         **finished_signals(database_url),
     )

@@ -162,3 +162,46 @@ def test_a_missing_model_is_a_configuration_error_that_names_the_pin(tmp_path: P
     assert done.returncode == 2, done.stderr
     assert "OCRFLEET_MINICPM_MODEL_PATH is not set" in done.stderr
     assert "OCRFLEET_RUN_ID" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_scheduler_reports_a_run_no_live_worker_serves(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import time
+
+    import redis
+
+    from ocrfleet.scheduler.loop import Scheduler
+    from ocrfleet.scheduler.signals import Snapshot, runs_waiting, worker_signals
+    from ocrfleet.tasks.heartbeat import WAITING_KEY, ready_key, worker_key
+
+    conn = redis.Redis.from_url(redis_url)
+    now = time.time()
+    conn.set(worker_key("gpu0@a"), json.dumps({"ts": now, "queues": ["gpu"], "held": []}))
+    conn.set(ready_key("gpu0@a"), json.dumps({"load_s": 1.0, "run_id": "a" * 64}))
+    conn.hset(WAITING_KEY, "b" * 64, json.dumps({"at": now - 5, "left_by": "a" * 64}))
+    conn.hset(WAITING_KEY, "c" * 64, json.dumps({"at": now - 600, "left_by": "a" * 64}))
+
+    def snapshot() -> Snapshot:
+        return Snapshot(
+            taken_at=now, queues={}, oldest_age_s={}, pending_pages={}, pages={},
+            pages_total=0, pending_documents=0, pages_finished=0, documents_total=0,
+            documents_split=0, workers=worker_signals(conn, now), runs_waiting=runs_waiting(conn),
+        )  # fmt: skip
+
+    # Work of run b waits and nobody runs b; run c's entry is stale (its waiting is over).
+    assert snapshot().unserved_runs() == ["b" * 64]
+    scheduler = Scheduler.__new__(Scheduler)
+    scheduler._unserved = []
+    with caplog.at_level(logging.WARNING, logger="ocrfleet.scheduler.loop"):
+        scheduler._report_unserved(snapshot())
+        scheduler._report_unserved(snapshot())  # said once, not every tick
+    assert [r.getMessage()[:40] for r in caplog.records] == [
+        f"run mismatch: work of run {'b' * 12} waits"[:40]
+    ]
+    assert "a" * 12 in caplog.records[0].getMessage()
+    # A worker of run b comes up: nothing is unserved any more.
+    conn.set(worker_key("gpu1@a"), json.dumps({"ts": now, "queues": ["gpu"], "held": []}))
+    conn.set(ready_key("gpu1@a"), json.dumps({"load_s": 1.0, "run_id": "b" * 64}))
+    assert snapshot().unserved_runs() == []
