@@ -25,7 +25,6 @@ from ocrfleet.db.rule_flags import flag_document, flag_page
 from ocrfleet.db.session import session_scope
 from ocrfleet.db.upsert import upsert
 from ocrfleet.errors import describe, is_transient
-from ocrfleet.memory import release_memory
 from ocrfleet.pipeline.images import InputRejected
 from ocrfleet.pipeline.rules import RuleSet, load_rules
 from ocrfleet.pipeline.sandbox import Split, split_document
@@ -329,7 +328,7 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
         if finished is not None and ctx.rules is not None:
             flag_document(session, finished, ctx.rules)
     del data, processed, result  # persisted: the page's images go now, not with the next
-    release_memory()
+    ctx.toolkit.release_memory()
     return ir.PageStatus.done
 
 

@@ -29,6 +29,19 @@ class Toolkit:
         """The text-line detector: the layout detector's own, or the detector itself."""
         return getattr(self.detector, "lines", self.detector)
 
+    def release_memory(self) -> None:
+        """After a page is persisted: each model drops the buffers it keeps between calls
+        (an engine's `release_memory`, where it has one), then the heap goes back to the
+        system (`ocrfleet.memory.release_memory`)."""
+        from ocrfleet.memory import release_memory
+
+        models = {id(m): m for m in (self.detector, self.line_detector, *self.recognisers)}
+        for model in models.values():
+            release = getattr(model, "release_memory", None)
+            if callable(release):
+                release()
+        release_memory()
+
 
 def load_toolkit(settings: Settings) -> Toolkit:
     from ocrfleet.engines import load_detector, load_recognisers
