@@ -218,14 +218,6 @@ def release_stage(stage: Any) -> None:
         request.get_compiled_model().release_memory()
 
 
-def release_stage(stage: Any) -> None:
-    """Free a stage's activations after a page: OpenVINO keeps them in the infer request for
-    the next call (~0.9 GB after a 2000 px detection; onnxruntime frees its own)."""
-    request = getattr(getattr(stage, "session", None), "session", None)
-    if hasattr(request, "get_compiled_model"):
-        request.get_compiled_model().release_memory()
-
-
 def _to_bgr(image: Image.Image) -> np.ndarray:
     if image.width == 0 or image.height == 0:
         raise ValueError(f"empty image {image.width}x{image.height}: nothing to read")
@@ -250,10 +242,6 @@ class RapidDetector:
         self._min_side, self._max_side = int(g.min_side_len), int(g.max_side_len)
         self._pad_ratio, self._pad_min_h = float(g.width_height_ratio), float(g.min_height)
         self.version = _version(Path(model_path), _det_params(root))
-
-    def release_memory(self) -> None:
-        """Drop what the model keeps between pages (see `release_stage`)."""
-        release_stage(self._det)
 
     def release_memory(self) -> None:
         """Drop what the model keeps between pages (see `release_stage`)."""
@@ -376,10 +364,6 @@ class RapidRecogniser:
         self.charset = (ctc.BLANK, *self._rec.postprocess_op.character[1:])
         self.batch_size = batch_size
         self.version = _version(Path(model_path), _rec_params(root))
-
-    def release_memory(self) -> None:
-        """Drop what the model keeps between pages (see `release_stage`)."""
-        release_stage(self._rec)
 
     def release_memory(self) -> None:
         """Drop what the model keeps between pages (see `release_stage`)."""
