@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import math
 import unicodedata
 from dataclasses import dataclass
 
@@ -55,6 +56,8 @@ MIN_INK_COVERAGE = 0.80
 INK_LEVEL = 128  # a pixel darker than this (0-255 gray) is ink
 _BOX_PAD = 0.25  # of a line's height, around its box, for the ink it covers
 _BREAKS = {"\r", "\n"}
+Affine = tuple[float, float, float, float, float, float]  # page points -> pixels
+Box = tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels
 
 
 def extract(page: pdfium.PdfPage, width: int, height: int) -> ir.TextLayer | None:
@@ -67,9 +70,10 @@ def extract(page: pdfium.PdfPage, width: int, height: int) -> ir.TextLayer | Non
         if count <= 0:
             return None
         raw = textpage.raw
+        to_pixels = _page_to_pixels(page, width, height)
         lines: list[ir.TextLine] = []
         words: list[ir.Word] = []
-        word: list[tuple[str, ir.BBox]] = []
+        word: list[tuple[str, Box]] = []
         unmapped = 0
         for index in range(count):
             code = pdfium_c.FPDFText_GetUnicode(raw, index)
@@ -82,7 +86,7 @@ def extract(page: pdfium.PdfPage, width: int, height: int) -> ir.TextLayer | Non
                 if char in _BREAKS:
                     _end_line(words, lines)
                 continue
-            box = _char_box(page, textpage, index, width, height)
+            box = _char_box(textpage, index, to_pixels, width, height)
             if box is not None:
                 word.append((char, box))
         _end_word(word, words)
@@ -100,25 +104,39 @@ def _unmapped(raw: object, index: int, char: str) -> bool:
     return char == "\ufffd" or category in ("Co", "Cn", "Cs") or (category == "Cc")
 
 
+def _page_to_pixels(page: pdfium.PdfPage, width: int, height: int) -> Affine:
+    """The map from page points to rendered pixels, as PDFium renders at this size (page
+    rotation and crop box included): affine, so three points fix it. Taken 1000 pt apart,
+    PDFium's rounding to whole pixels costs under 0.001 px per point."""
+
+    def device(x: float, y: float) -> tuple[int, int]:
+        dx, dy = ctypes.c_int(), ctypes.c_int()
+        pdfium_c.FPDF_PageToDevice(page.raw, 0, 0, width, height, 0, x, y, dx, dy)
+        return dx.value, dy.value
+
+    (ox, oy), (xx, xy), (yx, yy) = device(0, 0), device(1000, 0), device(0, 1000)
+    return (
+        (xx - ox) / 1000,
+        (yx - ox) / 1000,
+        float(ox),
+        (xy - oy) / 1000,
+        (yy - oy) / 1000,
+        float(oy),
+    )
+
+
 def _char_box(
-    page: pdfium.PdfPage, textpage: pdfium.PdfTextPage, index: int, width: int, height: int
-) -> ir.BBox | None:
+    textpage: pdfium.PdfTextPage, index: int, to_pixels: Affine, width: int, height: int
+) -> Box | None:
+    a, b, c, d, e, f = to_pixels
     left, bottom, right, top = textpage.get_charbox(index, loose=True)
-    x0, y0 = _to_device(page, left, top, width, height)
-    x1, y1 = _to_device(page, right, bottom, width, height)
-    x0, x1 = sorted((min(max(x0, 0), width), min(max(x1, 0), width)))
-    y0, y1 = sorted((min(max(y0, 0), height), min(max(y1, 0), height)))
+    xs = [a * x + b * y + c for x, y in ((left, bottom), (right, top))]
+    ys = [d * x + e * y + f for x, y in ((left, bottom), (right, top))]
+    x0, x1 = max(0, math.floor(min(xs))), min(width, math.ceil(max(xs)))
+    y0, y1 = max(0, math.floor(min(ys))), min(height, math.ceil(max(ys)))
     if x1 <= x0 or y1 <= y0:
         return None
-    return ir.BBox(x0=x0, y0=y0, x1=x1, y1=y1)
-
-
-def _to_device(
-    page: pdfium.PdfPage, x: float, y: float, width: int, height: int
-) -> tuple[int, int]:
-    dx, dy = ctypes.c_int(), ctypes.c_int()
-    pdfium_c.FPDF_PageToDevice(page.raw, 0, 0, width, height, 0, x, y, dx, dy)
-    return dx.value, dy.value
+    return x0, y0, x1, y1
 
 
 def _union(boxes: list[ir.BBox]) -> ir.BBox:
@@ -130,10 +148,12 @@ def _union(boxes: list[ir.BBox]) -> ir.BBox:
     )
 
 
-def _end_word(word: list[tuple[str, ir.BBox]], words: list[ir.Word]) -> None:
+def _end_word(word: list[tuple[str, Box]], words: list[ir.Word]) -> None:
     if word:
         text = "".join(char for char, _ in word)
-        words.append(ir.Word(text=text, bbox=_union([box for _, box in word])))
+        x0, y0, x1, y1 = zip(*(box for _, box in word), strict=True)
+        bbox = ir.BBox(x0=min(x0), y0=min(y0), x1=max(x1), y1=max(y1))
+        words.append(ir.Word(text=text, bbox=bbox))
         word.clear()
 
 
