@@ -31,10 +31,11 @@ through the one page path in this process (`process_image`, default settings, a 
 text layer included) with the scorer's shortcuts watched: every candidate the scorer leaves
 `bounded` (out of its threshold's reach, or screened out) is also scored in full, and the
 bench prints how many of the regions a shortcut sent to review the full score would have
-accepted, and how many of those are right by the truth (the shortcut's cost).
+accepted, and how many of those are right by the truth (the shortcut's cost). `--explain`
+also lists each region flagged on its score with the characters each CTC reader doubts.
 
     python bench/review_share.py [--olmocr N] [--receipts N] [--sets unlv,olmocr,sroie,examples]
-    python bench/review_share.py --shortcuts [--olmocr N] [--receipts N] [--sets unlv,olmocr]
+    python bench/review_share.py --shortcuts [--explain] [--olmocr N] [--sets unlv,olmocr]
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ class Shortcuts:
     judged: int = 0  # of those, with truth to judge them by
     right: int = 0
     examples: list[str] = field(default_factory=list)
+    explained: list[str] = field(default_factory=list)  # flagged on their score (--explain)
 
 
 class FullScores:
@@ -212,12 +214,30 @@ class FullScores:
         return scores
 
 
-def shortcuts(files: list[Path], truth_of: dict[str, str], case_sensitive: bool) -> Shortcuts:
-    """`files` through `process_image` with the scorer watched (see the module's doc)."""
+def weak_characters(reader, image) -> str:
+    """A CTC reader's reading of `image` with each character it is less than 0.999 sure of,
+    in context: `[position 'neighbours'] probability`."""
+    (posterior,) = reader.posteriors([image])
+    text = posterior.text()
+    weak = " ".join(
+        f"[{k} {text[max(0, k - 1) : k + 2]!r}] {emitted.prob:.3f}"
+        for k, emitted in enumerate(posterior.emitted())
+        if emitted.prob < 0.999
+    )
+    return f"{reader.name} {text!r}: {weak or 'none under 0.999'}"
+
+
+def shortcuts(
+    files: list[Path], truth_of: dict[str, str], case_sensitive: bool, explain: bool = False
+) -> Shortcuts:
+    """`files` through `process_image` with the scorer watched (see the module's doc); with
+    `explain`, each region flagged on its score is listed with every CTC reader's doubtful
+    characters (`weak_characters`)."""
     from dataclasses import replace
 
     from ocrfleet.config import Settings
     from ocrfleet.pipeline.page import process_image
+    from ocrfleet.pipeline.regions import crop
     from ocrfleet.pipeline.split import iter_pages_with_text
     from ocrfleet.toolkit import load_toolkit
 
@@ -229,7 +249,8 @@ def shortcuts(files: list[Path], truth_of: dict[str, str], case_sensitive: bool)
         pages = iter_pages_with_text(path.read_bytes(), settings)
         for number, (image, layer) in enumerate(pages, start=1):
             watched = FullScores(base.scorer)
-            result = process_image(number, image, replace(base, scorer=watched), layer).result
+            page = process_image(number, image, replace(base, scorer=watched), layer)
+            result = page.result
             by_number = {r.number: r for r in result.regions}
             for decision in result.decisions:
                 region = by_number[decision.region_number]
@@ -238,6 +259,18 @@ def shortcuts(files: list[Path], truth_of: dict[str, str], case_sensitive: bool)
                 counts.regions += 1
                 counts.flagged += not decision.accepted
                 key = (decision.region_number, decision.chosen_engine)
+                if explain and decision.flag_reason == "low_score" and key not in watched.full:
+                    score = next(
+                        s.score
+                        for s in result.scores
+                        if (s.region_number, s.engine) == key and s.score is not None
+                    )
+                    readers = [r for r in base.scorer.features.readers if hasattr(r, "posteriors")]
+                    lines = [weak_characters(r, crop(page.image, region.bbox)) for r in readers]
+                    counts.explained.append(
+                        f"{path.name}:{number}:{region.number} {key[1]} score {score:.4f} < "
+                        f"{decision.threshold}: " + "; ".join(lines)
+                    )
                 if decision.accepted or key not in watched.full:
                     continue
                 reason = str(decision.flag_reason)
@@ -279,6 +312,11 @@ def main() -> None:
     parser.add_argument(
         "--shortcuts", action="store_true", help="what the scorer's shortcuts cost (in process)"
     )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="with --shortcuts: each region flagged on its score, with the CTC readers' doubts",
+    )
     args = parser.parse_args()
     chosen = set(args.sets.split(","))
     unlv = sorted((REALDOCS / "tesseract_test").glob("*.tif"))
@@ -303,7 +341,7 @@ def main() -> None:
         for name, (files, truth_of, case_sensitive) in sets.items():
             if name not in chosen or not files:
                 continue
-            counts = shortcuts(files, truth_of, case_sensitive)
+            counts = shortcuts(files, truth_of, case_sensitive, args.explain)
             line = (
                 f"{name}: documents {len(files)}, regions {counts.regions}, flagged "
                 f"{counts.flagged}, sent to review by a "
@@ -315,6 +353,8 @@ def main() -> None:
             print(line, flush=True)
             for example in counts.examples[: args.show]:
                 print(f"  {example}")
+            for line in counts.explained:
+                print(f"  flagged: {line}")
         return
     reasons: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
