@@ -1,12 +1,14 @@
 """Pages/min of `ocrfleet run` with the verifier on and off, and against a bare RapidOCR
 loop, on the same real pages: what the verifier costs, and what the whole pipeline costs.
 
-Three arms run in this process with the same onnxruntime thread budget (`--threads`, given
-to RapidOCR's EngineConfig and to OCRFLEET_ONNX_THREADS), each after a warm-up page, and are
+Three arms run in this process on the same runtime (`engines.base.RUNTIME`: OpenVINO where
+installed) with the same thread budget (`--threads`, given to RapidOCR's EngineConfig and to
+OCRFLEET_ONNX_THREADS), each after a warm-up page, and are
 interleaved: bare, run, run without verifier, bare, ... for `--rounds` rounds (at least 3),
 so a slow spell on a shared machine hits all three.
 
-- bare: RapidOCR's own pipeline called on each page image, nothing stored (the floor);
+- bare: RapidOCR's own pipeline (det + cls + rec) on each page image, nothing stored (the
+  floor);
 - run: ingest + process_page as `ocrfleet run` does them, with the configured scorer (the
   consensus verifier with its re-reads), review, every row written to SQLite;
 - run, verifier off: the same, with the toolkit's scorer swapped for one that judges
@@ -52,12 +54,7 @@ class Bare:
         from ocrfleet.pipeline.images import load_image
 
         self.images = [np.asarray(load_image(data)) for data in pages]
-        self.engine = RapidOCR(
-            params={
-                "EngineConfig.onnxruntime.intra_op_num_threads": threads,
-                "EngineConfig.onnxruntime.inter_op_num_threads": 1,
-            }
-        )
+        self.engine = RapidOCR(params=bare_params(threads))
         self.engine(self.images[0])  # warm-up
 
     def __call__(self) -> float:
@@ -65,6 +62,28 @@ class Bare:
         for image in self.images:
             self.engine(image)
         return time.perf_counter() - started
+
+
+def bare_params(threads: int) -> dict[str, object]:
+    """RapidOCR's own pipeline on the runtime ocrfleet's engines use (`engines.base.RUNTIME`),
+    with the same thread budget: the ratio is then the pipeline's cost, not the runtime's."""
+    from rapidocr.utils.typings import EngineType
+
+    from ocrfleet.engines.base import RUNTIME
+
+    if RUNTIME == "openvino":
+        params: dict[str, object] = {
+            "EngineConfig.openvino.inference_num_threads": threads,
+            "EngineConfig.openvino.performance_hint": "LATENCY",
+        }
+    else:
+        params = {
+            "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+            "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+        }
+    for stage in ("Det", "Cls", "Rec"):
+        params[f"{stage}.engine_type"] = EngineType(RUNTIME)
+    return params
 
 
 class Unverified:
