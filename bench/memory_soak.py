@@ -92,6 +92,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=100)
     args = parser.parse_args()
+    # A `timeout` or Ctrl-C still stops the worker and redis-server it started (below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     with tempfile.TemporaryDirectory(prefix="ocrfleet-soak-") as tmp:
         root = Path(tmp)
