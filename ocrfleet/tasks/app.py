@@ -10,8 +10,8 @@ Workers run the prefork pool with one child per device (see `ocrfleet.tasks.laun
 parent never loads a model or touches CUDA, the child loads the models in
 `worker_process_init`, the parent enforces the hard time limit (the solo pool cannot) and
 notices at once when the child dies, so a killed page is requeued immediately, at the head
-of its queue (`ocrfleet.tasks.broker`), rather than after the broker's visibility timeout,
-and the child is recycled by task count or memory.
+of its queue (`ocrfleet.tasks.broker`, which `ocrfleet.tasks.worker` sets), rather than
+after the broker's visibility timeout, and the child is recycled by task count or memory.
 
 This module is the app alone, for producers (submit, the API, the sweeps) as much as for
 workers: it imports nothing of the worker runtime. Workers start from
@@ -20,7 +20,6 @@ workers: it imports nothing of the worker runtime. Workers start from
 
 from __future__ import annotations
 
-import ssl
 import time
 from typing import Any
 
@@ -28,7 +27,7 @@ from celery import Celery
 from celery.signals import before_task_publish
 
 from ocrfleet.config import Settings, get_settings
-from ocrfleet.tasks import broker, routing
+from ocrfleet.tasks import routing
 
 # The pool waits this long for a new child to report up; the child loads the models first.
 MODEL_LOAD_TIMEOUT_S = 900.0
@@ -54,13 +53,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         )
     return {
         "broker_url": settings.broker_url,
-        "broker_transport": broker.TRANSPORT,  # a requeued message goes to the head
-        # The transport named above takes no TLS hint from a rediss:// URL: verify the peer.
-        "broker_use_ssl": (
-            {"ssl_cert_reqs": ssl.CERT_REQUIRED}
-            if (settings.broker_url or "").startswith("rediss://")
-            else None
-        ),
         "result_backend": settings.result_backend,
         "task_ignore_result": True,  # the database is the record, not the result backend
         "broker_connection_retry_on_startup": True,

@@ -28,6 +28,7 @@ from ocrfleet.tasks.sweeps import (
     referenced,
     requeue_lost,
 )
+from ocrfleet.tasks.worker import connect
 from tests.conftest import free_port
 from tests.integration.fleet_helpers import (
     Workers,
@@ -111,7 +112,9 @@ def test_a_message_put_back_by_a_worker_goes_to_the_head_of_its_queue(
 ) -> None:
     """What a pool process killed mid-page causes (`task_reject_on_worker_lost`): the
     consumer rejects the message with requeue, and it must run next, not after the backlog."""
-    app = create_app(settings_from(env))
+    settings = settings_from(env)
+    app = create_app(settings)
+    connect(app, settings)  # what `celery --app ocrfleet.tasks.worker` does
     conn = redis.Redis.from_url(env["OCRFLEET_BROKER_URL"])
     for page_id in (1, 2, 3):
         app.send_task(routing.PAGE_TASK, args=[page_id], queue="gpu")
