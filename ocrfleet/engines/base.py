@@ -9,9 +9,11 @@ from PIL import Image
 
 from ocrfleet import ir
 
-# The runtime RapidOCR's and the layout model's ONNX files run on: OpenVINO's CPU plugin where
-# it is installed (a dependency; 1.3-1.6x faster than onnxruntime on these models here, with
-# the same boxes and texts), else onnxruntime. It enters their versions, hence run_id.
+# The runtime RapidOCR's and the layout model's ONNX files run on: OpenVINO's CPU plugin
+# where it is installed (the `openvino` extra), else onnxruntime. On this project's 2-core
+# machine OpenVINO ran these models' calls 1.3-1.6x faster with the same boxes and texts, but
+# loaded them 5 s slower and peaked 300 MB higher per process, so it is not the default.
+# It enters the models' versions, hence run_id.
 RUNTIME = "openvino" if importlib.util.find_spec("openvino") is not None else "onnxruntime"
 
 

