@@ -9,9 +9,11 @@ last ran is kept in Redis too, so a new holder does not run them all again at on
 
 A Redis that lost its data (restarted without its append-only file) loses the lock, the
 queues and the marker `ocrfleet:broker:epoch` together. A sweeper that saw the marker and
-finds it gone runs the lost-work sweep at once, with no age limit: every pending page and
-document with no message left is enqueued again within a tick of the broker's return,
-instead of after `OCRFLEET_SWEEP_LOST_AFTER_S`.
+finds it gone runs the lost-work sweep with no age limit as soon as the workers have
+heartbeaten again (`LOSS_WAIT_PERIODS`: their heartbeats name the pages in their hands, and
+kombu has put back what they had reserved): every pending page and document with no message
+left is enqueued again seconds after the broker's return, instead of after
+`OCRFLEET_SWEEP_LOST_AFTER_S`, and a page in a worker's hands is not sent twice.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ LAST_RUN_PREFIX = "ocrfleet:sweep:last:"
 EPOCH_KEY = "ocrfleet:broker:epoch"
 LOCK_TTL_S = 30
 TICK_S = 5.0
+LOSS_WAIT_PERIODS = 2  # heartbeats to wait after a data loss before re-sending lost work
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -78,6 +81,7 @@ class Sweeper:
         self.held = False
         self._token = uuid.uuid4().hex
         self._saw_epoch = False
+        self._lost_at: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn = redis.Redis.from_url(
@@ -123,8 +127,13 @@ class Sweeper:
             return {}
         outcomes: dict[str, Any] = {}
         if self._broker_lost_its_data(holder=True):
-            log.warning("the broker lost its data: re-sending every pending page and document")
+            log.warning("the broker lost its data: re-sending lost work after a heartbeat")
+            self._lost_at = now
+        wait = LOSS_WAIT_PERIODS * self.settings.heartbeat_interval_s
+        if self._lost_at is not None and now - self._lost_at >= wait:
             outcomes["lost"] = requeue_lost(self.settings, lost_after_s=0.0)
+            log.warning("the broker lost its data; re-sent: %s", outcomes["lost"])
+            self._lost_at = None
             self._conn.set(LAST_RUN_PREFIX + "lost", now)
         for name in self.due(now):
             if not self._hold():  # a long sweep outlived the lock: another sweeper has it

@@ -168,6 +168,17 @@ def referenced(conn: redis.Redis) -> tuple[set[int], set[int]]:
     return pages, documents
 
 
+def _held_pages(conn: redis.Redis) -> set[int]:
+    """Pages a live worker's heartbeat says it holds (after a Redis data loss its message
+    is in no list and no `unacked` hash, but the page is in hand)."""
+    return {
+        int(held["args"][0])
+        for worker in worker_signals(conn)
+        for held in worker.held
+        if held.get("task") == routing.PAGE_TASK and held.get("args")
+    }
+
+
 def _to_head(conn: redis.Redis, queue: str, task_id: str) -> None:
     """Move a just-published message (at the tail, the left end) to the head."""
     script = """
@@ -213,6 +224,7 @@ def requeue_lost(
     app = create_app(settings)
     try:
         page_refs, doc_refs = referenced(conn)
+        page_refs |= _held_pages(conn)  # running or reserved: its message is a worker's
         requeued: dict[str, list[int]] = {"pages": [], "documents": []}
         for page_id, priority in pages:
             if page_id in page_refs:

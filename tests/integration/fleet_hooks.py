@@ -10,7 +10,9 @@ Marker files in $FLEET_KILL_DIR name pages as `<document sha256>-<page number>`:
 - `always-<sha>-<n>`: every delivery dies as soon as it has started.
 - `slow-<sha>-<n>`: every delivery sleeps at its first candidate INSERT until the soft time
   limit interrupts it.
-- `stubborn-<sha>-<n>`: the same, but it ignores the soft limit, so the hard limit kills it.
+- `stubborn-<sha>-<n>`: every delivery sleeps as soon as it has started (a page read on a
+  loaded machine can outlast a short soft limit by itself) and ignores the soft limit, so
+  the hard limit kills it.
 - `crash-<sha>-<n>`: the first delivery SIGKILLs the worker's *main* process (as an OOM
   kill or a host crash does) and then its own pool process, in the middle of the page's
   transaction; the file is consumed.
@@ -60,6 +62,14 @@ def _die(kill_dir: Path, kind: str, key: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _sleep_through_soft_limits() -> None:
+    while True:
+        try:
+            time.sleep(3600)
+        except SoftTimeLimitExceeded:
+            continue  # only the hard time limit (SIGKILL from the pool) stops this
+
+
 def _on_page_started(sender: Any = None, page_id: int | None = None, **_: Any) -> None:
     _armed.clear()
     kill_dir = _kill_dir()
@@ -68,7 +78,9 @@ def _on_page_started(sender: Any = None, page_id: int | None = None, **_: Any) -
     key = _page_key(page_id)
     if (kill_dir / f"always-{key}").exists():
         _die(kill_dir, "always", key)
-    for kind in ("once", "slow", "stubborn", "crash"):
+    if (kill_dir / f"stubborn-{key}").exists():
+        _sleep_through_soft_limits()
+    for kind in ("once", "slow", "crash"):
         if (kill_dir / f"{kind}-{key}").exists():
             _armed["key"], _armed["kind"] = key, kind
 
@@ -84,12 +96,6 @@ def _before_cursor_execute(
         return
     if _armed.get("kind") == "slow":
         time.sleep(3600)  # the soft time limit raises in here
-    if _armed.get("kind") == "stubborn":
-        while True:
-            try:
-                time.sleep(3600)
-            except SoftTimeLimitExceeded:
-                continue  # only the hard time limit (SIGKILL from the pool) stops this
     kind = _armed.get("kind", "once")
     try:
         os.unlink(kill_dir / f"{kind}-{key}")  # atomic claim: exactly one process wins it

@@ -170,8 +170,9 @@ def test_time_limits_soft_fails_the_page_hard_requeues_it(
         moto_endpoint,
         FLEET_KILL_DIR=str(hooks),
         OCRFLEET_TASK_SOFT_TIME_LIMIT="8",
-        OCRFLEET_TASK_TIME_LIMIT="10",
-        OCRFLEET_VISIBILITY_TIMEOUT="30",
+        # Room for the soft limit to land on a loaded machine, inside a native OCR call.
+        OCRFLEET_TASK_TIME_LIMIT="20",
+        OCRFLEET_VISIBILITY_TIMEOUT="40",
     )
     settings = settings_from(env)
     url = env["OCRFLEET_DATABASE_URL"]

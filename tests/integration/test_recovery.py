@@ -20,7 +20,7 @@ from ocrfleet.service import Context
 from ocrfleet.service import ingest as ingest_in_process
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.app import create_app
-from ocrfleet.tasks.sweeper import LOCK_KEY, Sweeper
+from ocrfleet.tasks.sweeper import LOCK_KEY, LOSS_WAIT_PERIODS, Sweeper
 from ocrfleet.tasks.sweeps import (
     expire_page_images,
     ingest_intake,
@@ -148,10 +148,13 @@ def test_one_sweeper_is_elected_and_a_broker_that_lost_its_data_is_swept_at_once
         outcome = ingest_in_process(Context(settings), str(source))
         assert first.tick() == {}
         # ...until the broker loses its data (the lock with it): the next sweeper to take
-        # the lock notices the epoch marker is gone and re-sends them at once.
+        # the lock notices the epoch marker is gone and re-sends them once the workers
+        # have had the time to say what they hold.
         conn.flushdb()
-        swept = second.tick()
+        assert second.tick()["lost"] == {"pages": [], "documents": []}  # the age rule
         assert second.held
+        later = time.time() + LOSS_WAIT_PERIODS * settings.heartbeat_interval_s
+        swept = second.tick(now=later)
         assert sorted(swept["lost"]["pages"]) == sorted(outcome.page_ids)
         assert queue_depths(env["OCRFLEET_BROKER_URL"])["gpu"] == 2
         assert first.tick() == {} and not first.held
