@@ -115,7 +115,9 @@ def instrument(toolkit: Toolkit, profile: Profile) -> None:
         inner = getattr(rec, "_rec", None)
         if inner is not None:
             inner.session = profile.count_inference(inner.session)
-    toolkit.scorer.score = profile.wrap("verifier", toolkit.scorer.score)  # type: ignore[method-assign]
+    for name in ("score", "score_against"):  # the page path calls the latter where it exists
+        if hasattr(toolkit.scorer, name):
+            setattr(toolkit.scorer, name, profile.wrap("verifier", getattr(toolkit.scorer, name)))
 
 
 def sources(kind: str, count: int) -> list[Path]:
