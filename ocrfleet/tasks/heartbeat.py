@@ -1,4 +1,4 @@
-"""Worker heartbeats in Redis: who is alive, what it holds, how fast it goes.
+"""Worker heartbeats in Redis: who is alive, what it holds, which run it serves.
 
 Each worker's *main* process (the one that holds the broker connection and its unacked
 messages) writes `ocrfleet:worker:<hostname>` every `heartbeat_interval_s`, with a time to
@@ -6,9 +6,9 @@ live of three periods. When that process dies, by SIGKILL, OOM or a host crash, 
 expires and the messages it held are recognisably orphaned: their delivery tags are in
 Redis' `unacked` hash but in no live heartbeat (see `ocrfleet.tasks.sweeps`).
 
-The record also carries the worker's page throughput (a moving average over busy time)
-and the model load time its pool process measured, which the scheduler's policy uses as
-the rate and the start-up cost of one worker.
+Each pool process, once its models are loaded, writes `ocrfleet:ready:<hostname>` with
+the load time it measured (the policy's start-up cost of one worker) and its run. The
+policy measures worker rates from pages, not from these records (`scheduler.rates`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import redis
 from celery.signals import celeryd_init, worker_init, worker_process_init, worker_shutdown
 
 from ocrfleet.config import Settings, get_settings
-from ocrfleet.tasks import routing
 from ocrfleet.tasks.lifecycle import model_load_seconds, worker_run_id
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,6 @@ READY_PREFIX = "ocrfleet:ready:"
 # recent entry here and no live worker whose ready record names it waits for nobody.
 WAITING_KEY = "ocrfleet:runs:waiting"
 TTL_PERIODS = 3
-RATE_ALPHA = 0.3  # weight of the newest busy interval in the moving average
 
 _state: dict[str, Any] = {"hostname": None, "queues": [], "thread": None}
 
@@ -101,42 +99,17 @@ class _Beat:
         self.interval = interval
         self.started_at = time.time()
         self.pid = os.getpid()
-        self.rate: float | None = None
-        self.busy_s = 0.0
-        self._last_done: int | None = None
-        self._last_at = time.monotonic()
         self._stop = threading.Event()
         self._conn = _client()
 
-    def _done_pages(self, held: list[Any]) -> int:
-        from celery.worker import state
-
-        running = sum(1 for r in held if r.task_name == routing.PAGE_TASK)
-        return int(state.total_count.get(routing.PAGE_TASK, 0)) - running
-
     def record(self) -> dict[str, Any]:
         held = _held_requests()
-        done = self._done_pages(held)
-        now = time.monotonic()
-        elapsed, self._last_at = now - self._last_at, now
-        busy = any(r.task_name == routing.PAGE_TASK for r in held)
-        if self._last_done is not None and (busy or done > self._last_done):
-            finished = done - self._last_done
-            self.busy_s += elapsed
-            sample = finished / elapsed if elapsed > 0 else 0.0
-            if finished > 0 or self.rate is not None:
-                previous = sample if self.rate is None else self.rate
-                self.rate = RATE_ALPHA * sample + (1 - RATE_ALPHA) * previous
-        self._last_done = done
         return {
             "hostname": self.hostname,
             "pid": os.getpid(),
             "queues": self.queues,
             "started_at": self.started_at,
             "ts": time.time(),
-            "rate": self.rate,
-            "busy_s": self.busy_s,
-            "pages_done": done,
             "held": [_request_record(r) for r in held],
         }
 

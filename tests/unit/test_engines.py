@@ -274,7 +274,9 @@ def test_stage_rejects_bad_arguments(page, rapid):
 
 
 def test_engines_load_by_name_in_settings_order():
-    settings = Settings(engines=["tesseract", "rapidocr"], rec_batch_size=5, layout="rapid")
+    settings = Settings(
+        engines=["tesseract", "rapidocr"], rec_batch_size=5, layout="rapid", engine_timeout_s=30
+    )
     recognisers = load_recognisers(settings)
     assert [r.name for r in recognisers] == ["tesseract", "rapidocr"]
     assert recognisers[1].batch_size == 5
@@ -283,6 +285,7 @@ def test_engines_load_by_name_in_settings_order():
     assert described == {
         "detector": {"name": "rapid-layout", "version": detector.version},
         "mode": "best_of_n",
+        "timeout_s": 30,
         "recognisers": [{"name": r.name, "version": r.version} for r in recognisers],
     }
     lines = load_detector(Settings(layout="lines"))

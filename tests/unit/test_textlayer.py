@@ -58,6 +58,29 @@ def test_word_boxes_follow_the_page_rotation() -> None:
     assert judged.good and judged.coverage > 0.95, judged
 
 
+def test_a_turned_page_and_its_layer_are_turned_back_upright() -> None:
+    from ocrfleet.pipeline.orient import turn_upright
+
+    upright_image, upright_layer = pages(LETTER.read_bytes())[0]
+    assert upright_layer is not None and textlayer.direction(upright_layer) == 0
+    for rotation in (90, 180, 270):
+        pdf = pdfium.PdfDocument(LETTER.read_bytes())
+        pdf[0].set_rotation(rotation)
+        out = io.BytesIO()
+        pdf.save(out)
+        image, layer = pages(out.getvalue())[0]
+        assert layer is not None and textlayer.direction(layer) == rotation
+        back = textlayer.turned(layer, rotation, image.size)
+        assert turn_upright(image, rotation).size == upright_image.size
+        assert layer_text(back) == layer_text(upright_layer)
+        turned_regions, _ = textlayer.reading(back)
+        upright_regions, _ = textlayer.reading(upright_layer)
+        for turned_region, region in zip(turned_regions, upright_regions, strict=True):
+            a, b = turned_region.bbox, region.bbox
+            gaps = (a.x0 - b.x0, a.y0 - b.y0, a.x1 - b.x1, a.y1 - b.y1)
+            assert all(abs(gap) <= 2 for gap in gaps), (rotation, a, b)
+
+
 def test_a_scan_saved_as_pdf_has_no_layer() -> None:
     out = io.BytesIO()
     Image.open(EXAMPLES / "scan.png").convert("RGB").save(out, "PDF", resolution=200.0)
