@@ -40,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,9 +61,9 @@ from bench.corpus import (  # noqa: E402
     receipt_truth,
     word_recall,
 )
+from ocrfleet.memory import PeakRss  # noqa: E402
 
 BIN = Path(sys.executable).parent
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass
@@ -183,46 +182,6 @@ def _supports_jobs(checkout: Path | None) -> bool:
     return b"--jobs" in done.stdout
 
 
-class PeakRss:
-    """The peak of the summed RSS of this process's descendants while it runs."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        me = os.getpid()
-        while not self._stop.wait(0.2):
-            parents, rss = {}, {}
-            for entry in os.scandir("/proc"):
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    stat = Path(f"/proc/{entry.name}/stat").read_text()
-                    resident = int(Path(f"/proc/{entry.name}/statm").read_text().split()[1])
-                except OSError:
-                    continue
-                pid = int(entry.name)
-                parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
-                rss[pid] = resident * PAGE_SIZE
-            total = 0
-            for pid, size in rss.items():
-                up, seen = parents.get(pid), 0
-                while up is not None and up != me and seen < 64:
-                    up, seen = parents.get(up), seen + 1
-                total += size if up == me else 0
-            self.peak = max(self.peak, total)
-
-
 def page_texts(pdf: Path, pages: int) -> list[str]:
     text = subprocess.run(
         ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
@@ -294,12 +253,12 @@ def main() -> None:
                 line = []
                 for arm in order:
                     workdir = _fresh(root / f"{arm.name}-{n}-{number}")
-                    with PeakRss() as rss:
+                    with PeakRss(descendants_only=True) as rss:
                         started = time.perf_counter()
                         outputs = arm.run(sets, workdir, n)
                         seconds = time.perf_counter() - started
                     arm.seconds.setdefault(n, []).append(seconds)
-                    arm.peak_mb[n] = max(arm.peak_mb.get(n, 0.0), rss.peak / 2**20)
+                    arm.peak_mb[n] = max(arm.peak_mb.get(n, 0.0), rss.peak_mb)
                     if n not in arm.outputs:
                         kept = _fresh(root / f"out-{arm.name}-{n}")
                         arm.outputs[n] = {k: Path(shutil.copy(v, kept)) for k, v in outputs.items()}

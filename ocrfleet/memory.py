@@ -74,10 +74,12 @@ def tree_rss_mb(pid: int | None = None) -> float:
 class PeakRss:
     """The peak of this process tree's resident memory while the block runs: sampled every
     `interval_s` (the sum over the processes alive at once), and never under the largest
-    single process's own peak as the kernel counts it."""
+    single process's own peak as the kernel counts it. `descendants_only`: only the
+    processes this one starts (a bench measuring each command it runs), sampled alone."""
 
-    def __init__(self, interval_s: float = 0.2) -> None:
+    def __init__(self, interval_s: float = 0.2, *, descendants_only: bool = False) -> None:
         self.interval_s = interval_s
+        self.descendants_only = descendants_only
         self.peak_mb = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="peak-rss", daemon=True)
@@ -89,6 +91,8 @@ class PeakRss:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self.descendants_only:  # the kernel's peaks span this process's whole life
+            return
         own = max(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
@@ -97,6 +101,10 @@ class PeakRss:
 
     def _sample(self) -> None:
         while True:
-            self.peak_mb = max(self.peak_mb, tree_rss_mb())
+            if self.descendants_only:
+                now = sum(tree_rss_mb(child) for child in _children(os.getpid()))
+            else:
+                now = tree_rss_mb()
+            self.peak_mb = max(self.peak_mb, now)
             if self._stop.wait(self.interval_s):
                 return

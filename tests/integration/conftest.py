@@ -8,7 +8,7 @@ import pytest
 
 from ocrfleet.db.migrate import upgrade
 from ocrfleet.db.session import dispose_engines
-from tests.integration.fleet_helpers import fleet_env
+from tests.integration.fleet_helpers import Workers, fleet_env
 
 
 @pytest.fixture
@@ -21,3 +21,12 @@ def env(
         pg_url=pg_url, broker_url=redis_url, bucket=s3_bucket, moto_endpoint=moto_endpoint
     )
     dispose_engines()  # let the pg_url fixture drop the database
+
+
+@pytest.fixture
+def started() -> Iterator[list[Workers]]:
+    """Worker launchers a test starts (append them): stopped when it ends, pass or fail."""
+    launched: list[Workers] = []
+    yield launched
+    for workers in launched:
+        workers.stop()

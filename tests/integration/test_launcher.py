@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -44,14 +44,6 @@ def eventually(probe: Callable[[], T | None], timeout: float, what: str) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.1)
-
-
-@pytest.fixture
-def started() -> Iterator[list[Workers]]:
-    launched: list[Workers] = []
-    yield launched
-    for workers in launched:
-        workers.stop()
 
 
 def pinned_children(launcher_pid: int) -> dict[str, int]:

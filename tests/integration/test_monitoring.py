@@ -12,7 +12,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,14 +34,6 @@ from tests.integration.fleet_helpers import (
 pytestmark = pytest.mark.integration
 
 CREDENTIALS = "ops:correct-horse"
-
-
-@pytest.fixture
-def started() -> Iterator[list[Workers]]:
-    launched: list[Workers] = []
-    yield launched
-    for workers in launched:
-        workers.stop()
 
 
 def get(url: str, auth: str | None = None) -> tuple[int, str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,14 +44,6 @@ from tests.integration.fleet_helpers import (
 pytestmark = pytest.mark.integration
 
 HOOKS = "tests.integration.fleet_hooks"
-
-
-@pytest.fixture
-def started() -> Iterator[list[Workers]]:
-    launched: list[Workers] = []
-    yield launched
-    for workers in launched:
-        workers.stop()
 
 
 def with_default_limits(env: dict[str, str]) -> dict[str, str]:

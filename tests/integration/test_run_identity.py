@@ -8,7 +8,6 @@ import json
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,14 +47,6 @@ def client_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return client_venv.build(tmp_path_factory.mktemp("client") / "venv")
     except client_venv.VenvUnavailable as exc:
         pytest.skip(f"no client-only venv can be built offline here: {exc}")
-
-
-@pytest.fixture
-def started() -> Iterator[list[Workers]]:
-    launched: list[Workers] = []
-    yield launched
-    for workers in launched:
-        workers.stop()
 
 
 def submit_from(python: Path, env: dict[str, str], paths: list[Path]) -> dict:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,14 +37,6 @@ from tests.integration.fleet_helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def started() -> Iterator[list[Workers]]:
-    launched: list[Workers] = []
-    yield launched
-    for workers in launched:
-        workers.stop()
 
 
 def eventually(probe, timeout: float, what: str, tail=lambda: ""):  # type: ignore[no-untyped-def]
