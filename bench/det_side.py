@@ -220,8 +220,10 @@ def main() -> None:
     pages = [p for name in args.sets.split(",") for p in sample(name, args.per_set)]
     started = time.perf_counter()
     children = {side: Side(side) for side in sides}
-    print(f"{len(pages)} pages, sides {sides}; children loaded in "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"{len(pages)} pages, sides {sides}; children loaded in "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     # (set, side) -> [hits, words, det_s, page_s]
     totals: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
     for index, page in enumerate(pages):

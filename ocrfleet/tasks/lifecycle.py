@@ -38,7 +38,13 @@ _log_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
     "ocrfleet_log_context",
     default=_EMPTY,  # never mutated: every bind sets a new dict
 )
-_state: dict[str, Any] = {"load_models": False, "main_pid": None, "load_s": None, "run": None}
+_state: dict[str, Any] = {
+    "load_models": False,
+    "ingest": False,
+    "main_pid": None,
+    "load_s": None,
+    "run": None,
+}
 _context: Context | None = None
 
 
@@ -111,13 +117,25 @@ def _on_celeryd_init(sender: Any = None, conf: Any = None, options: Any = None, 
     _state["main_pid"] = os.getpid()
     queues = _queues_of(options or {})
     _state["load_models"] = any(queue.startswith("gpu") for queue in queues)
+    _state["ingest"] = any(queue.startswith("ingest") for queue in queues)
 
 
 def _on_worker_process_init(**_: Any) -> None:
     """In each pool child, before it accepts a task: load the models here, never in the
     parent (CUDA does not survive a fork). A child that cannot load them stops the whole
-    worker, so a bad model path is an error at start, not at the first page."""
+    worker, so a bad model path is an error at start, not at the first page. An unpinned
+    ingest child computes the run its documents go under from the engines' model files at
+    start too: a host without them stops here instead of failing every document it splits
+    (a pinned one computes nothing; its pin is checked when a document comes)."""
     if not _state["load_models"]:
+        if _state["ingest"] and get_settings().run_id is None:
+            try:
+                log.info("documents go under run %s", context().run_id)
+            except Exception:
+                _stop_worker(
+                    "cannot compute the run documents go under (pin it with "
+                    "OCRFLEET_RUN_ID, see `ocrfleet run-id`, or install the engines' models)"
+                )
         return
     started = time.monotonic()
     try:
@@ -128,12 +146,17 @@ def _on_worker_process_init(**_: Any) -> None:
         _state["run"] = ctx.own_run_id  # registers the run; fails on a wrong pin
         log.info("worker runs %s", _state["run"])
     except Exception:
-        log.critical("cannot load the models; stopping this worker", exc_info=True)
-        main_pid = _state["main_pid"]
-        if main_pid is not None and main_pid != os.getpid():  # a pool child: stop the worker
-            os.kill(main_pid, signal.SIGTERM)
-        os._exit(EX_CONFIG)
+        _stop_worker("cannot load the models")
     _state["load_s"] = time.monotonic() - started
+
+
+def _stop_worker(why: str) -> None:
+    """Stop this pool child and its worker: a configuration it cannot run with."""
+    log.critical("%s; stopping this worker", why, exc_info=True)
+    main_pid = _state["main_pid"]
+    if main_pid is not None and main_pid != os.getpid():  # a pool child: stop the worker
+        os.kill(main_pid, signal.SIGTERM)
+    os._exit(EX_CONFIG)
     log.info("models loaded in pool process %s in %.1fs", os.getpid(), _state["load_s"])
 
 

@@ -132,3 +132,20 @@ def test_a_client_without_torch_and_workers_with_it_share_one_run(
     assert sorted(rows(url, "SELECT id FROM runs")) == sorted(
         [(submitted["run_id"],), (other["run_id"],)]
     )
+
+
+def test_an_unpinned_ingest_worker_without_the_models_stops_at_start(
+    env: dict[str, str], tmp_path: Path, started: list[Workers]
+) -> None:
+    """It cannot compute the run its documents go under: it says so and how to pin it,
+    instead of failing each document it would split (the launcher gives up after a few
+    restarts)."""
+    broken = {**env, "OCRFLEET_ENGINES": "minicpm"}  # and no OCRFLEET_MINICPM_MODEL_PATH
+    workers = start_workers(broken, tmp_path / "ingest.log", queues="ingest", devices="cpu:1")
+    started.append(workers)
+    deadline = time.monotonic() + 120
+    while "stopping this worker" not in workers.log_tail(20000) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    log = workers.log_tail(20000)
+    assert "cannot compute the run documents go under" in log, log
+    assert "OCRFLEET_MINICPM_MODEL_PATH is not set" in log and "OCRFLEET_RUN_ID" in log, log
