@@ -24,18 +24,20 @@ Each side runs in its own child process (this script with `--child SIDE`) that l
 toolkit once, reads a warm-up page, then reads the pages the parent sends it; the parent
 sends each page to every side in turn, the order of the sides rotating from page to page,
 so a slow spell on a shared machine hits all sides. Only one child works at a time. Per
-page a child reports the detector time (wall time inside the text-line detector's
-`detect`, including the orientation check's calls), the page time (`process_image`), the
-page's text (the final text of its regions in reading order, one per line), and its
-detection plan; at the end its peak RSS (`ru_maxrss`: model loading included) and the peak
-it had after loading and the warm-up page.
+page a child reports the detector time (wall time inside the text-line detector's `detect`,
+including the orientation check's calls), the pixels the detection model was given (its
+input tensors after rapidocr's own resizing: a measure of the detector's work that a busy
+machine does not blur), the page time (`process_image`), the page's text (the final text of
+its regions in reading order, one per line), and its detection plan; at the end its peak
+RSS (`ru_maxrss`: model loading included) and the peak it had after loading and the warm-up
+page.
 
     python bench/det_side.py [--sides 2000,1600,1280] [--per-set 6]
                              [--sets tesseract_test,olmocr,uw3,receipts]
 
 Prints one line per page and side, then a table per set and side: word recall (hits/words
-summed over the set), detector seconds, page seconds, peak RSS, and their ratios against
-the first side in `--sides` (2000).
+summed over the set), detector input megapixels, detector seconds, page seconds, peak RSS,
+and their ratios against the first side in `--sides` (2000).
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ def child(side: int) -> None:
     toolkit = load_toolkit(settings)
     lines = toolkit.line_detector
     lines._max_side = side  # type: ignore[attr-defined]
-    spent = [0.0, 0]
+    spent = [0.0, 0, 0]  # detect seconds, detect calls, model input pixels
 
     def timed(fn: Any) -> Any:
         @functools.wraps(fn)
@@ -139,6 +141,14 @@ def child(side: int) -> None:
         return wrapper
 
     lines.detect = timed(lines.detect)  # type: ignore[method-assign]
+    model = lines._det  # type: ignore[attr-defined]
+    run_model = model.session
+
+    def counted(batch: Any) -> Any:
+        spent[2] += batch.shape[-2] * batch.shape[-1]
+        return run_model(batch)
+
+    model.session = counted
     page_path.process_image(1, Image.new("RGB", (400, 200), "white"), toolkit)
     loaded_mb = _peak_mb()
     print(json.dumps({"ready": side, "loaded_mb": loaded_mb}), file=out)
@@ -147,7 +157,7 @@ def child(side: int) -> None:
         it = split.iter_pages_with_text(Path(request["path"]).read_bytes(), settings)
         for _ in range(request["number"]):
             image, _layer = next(it)
-        spent[:] = [0.0, 0]
+        spent[:] = [0.0, 0, 0]
         started = time.perf_counter()
         processed = page_path.process_image(1, image, toolkit)
         page_s = time.perf_counter() - started
@@ -157,6 +167,7 @@ def child(side: int) -> None:
         reply = {
             "det_s": spent[0],
             "det_calls": spent[1],
+            "det_mpx": spent[2] / 1e6,
             "page_s": page_s,
             "text": text,
             "size": list(processed.image.size),
@@ -224,8 +235,8 @@ def main() -> None:
         f"{len(pages)} pages, sides {sides}; children loaded in "
         f"{time.perf_counter() - started:.0f} s"
     )
-    # (set, side) -> [hits, words, det_s, page_s]
-    totals: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
+    # (set, side) -> [hits, words, det_s, page_s, det_mpx]
+    totals: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0])
     for index, page in enumerate(pages):
         k = index % len(sides)
         for side in sides[k:] + sides[:k]:
@@ -236,9 +247,11 @@ def main() -> None:
             row[1] += words
             row[2] += reply["det_s"]
             row[3] += reply["page_s"]
+            row[4] += reply["det_mpx"]
             print(
                 f"{page.set} {page.name} {reply['size'][0]}x{reply['size'][1]} side {side}: "
-                f"{reply['plan']}, det {reply['det_s']:.2f} s ({reply['det_calls']} calls), "
+                f"{reply['plan']}, det {reply['det_s']:.2f} s ({reply['det_calls']} calls, "
+                f"{reply['det_mpx']:.1f} Mpx), "
                 f"page {reply['page_s']:.2f} s, recall {hits}/{words}",
                 flush=True,
             )
@@ -255,8 +268,8 @@ def _table(
 ) -> None:
     base = sides[0]
     print(
-        f"{'set':<15}{'side':>6}{'recall':>8}{'d recall':>10}{'det s':>8}{'page s':>8}"
-        f"{'det/' + str(base):>10}{'page/' + str(base):>11}"
+        f"{'set':<15}{'side':>6}{'recall':>8}{'d recall':>10}{'det Mpx':>9}{'det s':>8}"
+        f"{'page s':>8}{'Mpx/' + str(base):>10}{'det/' + str(base):>10}{'page/' + str(base):>11}"
     )
     for name in [*sets, "all"]:
         for side in sides:
@@ -265,7 +278,7 @@ def _table(
             recall, ref_recall = row[0] / max(1, row[1]), ref[0] / max(1, ref[1])
             print(
                 f"{name:<15}{side:>6}{recall:>8.4f}{recall - ref_recall:>+10.4f}"
-                f"{row[2]:>8.1f}{row[3]:>8.1f}"
+                f"{row[4]:>9.1f}{row[2]:>8.1f}{row[3]:>8.1f}{row[4] / max(1e-9, ref[4]):>10.2f}"
                 f"{row[2] / max(1e-9, ref[2]):>10.2f}{row[3] / max(1e-9, ref[3]):>11.2f}"
             )
     print(f"\n{'side':>6}{'peak RSS MB':>13}{'after load MB':>15}{'peak/' + str(base):>11}")
@@ -280,7 +293,7 @@ def _row(
     if name != "all":
         return totals[(name, side)]
     rows = [totals[(s, side)] for s in sets]
-    return [sum(r[i] for r in rows) for i in range(4)]
+    return [sum(r[i] for r in rows) for i in range(5)]
 
 
 if __name__ == "__main__":
