@@ -2,9 +2,11 @@
 losing words, and what does that save per page (issue 20: CPU cost per page)?
 
 `RapidDetector` takes its long-side cap (`_max_side`, rapidocr's `max_side_len`, 2000) from
-rapidocr's config, and `pipeline.tiles` plans the page's detection from it: a page up to
-twice the cap is detected whole, scaled down to the cap; a larger one in windows at half
-size. This bench sets that attribute on the loaded detector (nothing in ocrfleet changes)
+rapidocr's config, and `pipeline.tiles` plans the page's detection from it and from the
+window budget (`_max_pixels`, `tiles.MAX_PIXELS`): a page up to twice the cap is detected
+scaled down to the cap, whole or (over the budget) in full-width bands; a larger one in
+windows at half size. This bench sets those attributes on the loaded detector (nothing in
+ocrfleet changes)
 and reads the same pages at each side through the one page path,
 `pipeline.page.process_image`, with the default settings otherwise.
 
@@ -33,6 +35,7 @@ RSS (`ru_maxrss`: model loading included) and the peak it had after loading and 
 page.
 
     python bench/det_side.py [--sides 2000,1600,1280] [--per-set 6]
+    python bench/det_side.py --sides 2000/inf,2000/1.7   # whole pages against bands
                              [--sets tesseract_test,olmocr,uw3,receipts]
 
 Prints one line per page and side, then a table per set and side: word recall (hits/words
@@ -113,7 +116,7 @@ def sample(name: str, count: int) -> list[Page]:
 # --- child: one side, pages from stdin, results to stdout ---------------------------------
 
 
-def child(side: int) -> None:
+def child(spec: str) -> None:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever the libraries print goes to stderr, not into the protocol
 
@@ -125,7 +128,10 @@ def child(side: int) -> None:
     settings = Settings()
     toolkit = load_toolkit(settings)
     lines = toolkit.line_detector
-    lines._max_side = side  # type: ignore[attr-defined]
+    side, _, window_mpx = spec.partition("/")
+    lines._max_side = int(side)  # type: ignore[attr-defined]
+    if window_mpx:
+        lines._max_pixels = float(window_mpx) * 1e6  # type: ignore[attr-defined]
     spent = [0.0, 0, 0]  # detect seconds, detect calls, model input pixels
 
     def timed(fn: Any) -> Any:
@@ -151,7 +157,7 @@ def child(side: int) -> None:
     model.session = counted
     page_path.process_image(1, Image.new("RGB", (400, 200), "white"), toolkit)
     loaded_mb = _peak_mb()
-    print(json.dumps({"ready": side, "loaded_mb": loaded_mb}), file=out)
+    print(json.dumps({"ready": spec, "loaded_mb": loaded_mb}), file=out)
     for line in sys.stdin:
         request = json.loads(line)
         it = split.iter_pages_with_text(Path(request["path"]).read_bytes(), settings)
@@ -185,7 +191,7 @@ def _peak_mb() -> float:
 
 
 class Side:
-    def __init__(self, side: int) -> None:
+    def __init__(self, side: str) -> None:
         self.side = side
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--child", str(side)],
@@ -219,15 +225,20 @@ class Side:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sides", default="2000,1600,1280", help="first one is the baseline")
+    parser.add_argument(
+        "--sides",
+        default="2000,1600,1280",
+        help="first one is the baseline; SIDE/MPX also sets the detection window's budget "
+        "(megapixels at detection scale, `tiles.MAX_PIXELS`; inf: none)",
+    )
     parser.add_argument("--per-set", type=int, default=6)
     parser.add_argument("--sets", default=",".join(SETS))
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child)
         return
-    sides = [int(s) for s in args.sides.split(",")]
+    sides = args.sides.split(",")
     pages = [p for name in args.sets.split(",") for p in sample(name, args.per_set)]
     started = time.perf_counter()
     children = {side: Side(side) for side in sides}
@@ -236,7 +247,7 @@ def main() -> None:
         f"{time.perf_counter() - started:.0f} s"
     )
     # (set, side) -> [hits, words, det_s, page_s, det_mpx]
-    totals: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0])
+    totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0])
     for index, page in enumerate(pages):
         k = index % len(sides)
         for side in sides[k:] + sides[:k]:
@@ -262,9 +273,9 @@ def main() -> None:
 
 def _table(
     sets: list[str],
-    sides: list[int],
-    totals: dict[tuple[str, int], list[float]],
-    peaks: dict[int, dict[str, Any]],
+    sides: list[str],
+    totals: dict[tuple[str, str], list[float]],
+    peaks: dict[str, dict[str, Any]],
 ) -> None:
     base = sides[0]
     print(
@@ -288,7 +299,7 @@ def _table(
 
 
 def _row(
-    totals: dict[tuple[str, int], list[float]], name: str, side: int, sets: list[str]
+    totals: dict[tuple[str, str], list[float]], name: str, side: str, sets: list[str]
 ) -> list[float]:
     if name != "all":
         return totals[(name, side)]

@@ -67,6 +67,12 @@ WIDTH_STEP = 32  # recogniser inputs are padded to a multiple of this many pixel
 # Width buckets grow geometrically above the model's base width, so the crops of a page fall
 # into a few buckets and model calls fill up; a crop pads at most this share of its width.
 WIDTH_GROWTH = 1.25
+# Crops per model call are capped so that one call's input stays under this many columns:
+# a call takes ~27 MB per 1,000 columns (its output alone holds 18,710 classes per frame, a
+# frame per 8 columns), and larger batches are no faster per crop on a CPU (0.04-0.05 s per
+# 320 px crop at 1 to 16 crops a call). Which crops share a call does not change what each
+# reads (see `RapidRecogniser`).
+WIDTH_BUDGET = 4 * 320
 # rapidocr's detection settings that change boxes; their values come from its config.yaml.
 _DET_KEYS = (
     "limit_side_len",
@@ -182,12 +188,19 @@ def _det_params(root: DictConfig) -> dict[str, Any]:
         params[key] = det[key]
     params["tiles"] = {
         "min_scale": tiles.MIN_SCALE,
+        "max_pixels": tiles.MAX_PIXELS,
         "overlap": tiles.OVERLAP,
         "max_aspect": tiles.MAX_ASPECT,
         "same_text": tiles.SAME_TEXT,
         "same_line": tiles.SAME_LINE,
     }
     return json.loads(json.dumps(params, default=list))
+
+
+def _min_window(det: DictConfig) -> int:
+    """The least input side rapidocr's detector takes as is: with limit_type 'min' it
+    scales a shorter input up to limit_side_len."""
+    return int(det.limit_side_len) if det.limit_type == "min" else 0
 
 
 def _rec_params(root: DictConfig) -> dict[str, Any]:
@@ -229,8 +242,9 @@ class RapidDetector:
     """Text-line detector (PP-OCR DB). Regions come back as clipped axis-aligned boxes in
     reading order. A page the detector takes whole gets rapidocr's own page preprocessing
     (long side capped at 2000 px, vertical padding of very wide images) as in its full
-    pipeline; a page over twice that size, or a strip too thin or too tall for it, is
-    detected on the windows of `ocrfleet.pipeline.tiles` instead."""
+    pipeline; a page over `tiles.MAX_PIXELS` at that scale (its memory), over twice that
+    size, or a strip too thin or too tall for it, is detected on the windows of
+    `ocrfleet.pipeline.tiles` instead."""
 
     name = "rapidocr"
 
@@ -240,6 +254,8 @@ class RapidDetector:
         g = root.Global
         self._det = TextDetector(root.Det)
         self._min_side, self._max_side = int(g.min_side_len), int(g.max_side_len)
+        self._min_window = _min_window(root.Det)
+        self._max_pixels = tiles.MAX_PIXELS
         self._pad_ratio, self._pad_min_h = float(g.width_height_ratio), float(g.min_height)
         self.version = _version(Path(model_path), _det_params(root))
 
@@ -249,11 +265,16 @@ class RapidDetector:
 
     def plan(self, width: int, height: int) -> ir.DetectionPlan:
         """How a page of this size is detected (recorded in the page's params)."""
-        return tiles.plan(width, height, self._max_side, self._min_side)[0]
+        return self._plan(width, height)[0]
+
+    def _plan(self, width: int, height: int) -> tuple[ir.DetectionPlan, list[ir.BBox]]:
+        return tiles.plan(
+            width, height, self._max_side, self._min_side, self._max_pixels, self._min_window
+        )
 
     def detect(self, page: Image.Image) -> list[ir.Region]:
         original = _to_bgr(page)
-        plan, windows = tiles.plan(page.width, page.height, self._max_side, self._min_side)
+        plan, windows = self._plan(page.width, page.height)
         if plan.method == "whole" and not self._odd_shape(page.width, page.height, plan.scale):
             found = [(0, bbox, score) for bbox, score in self._detect_array(original)]
         else:
@@ -340,8 +361,8 @@ class RapidRecogniser:
     model call, so a crop's input tensor, and hence its text, depends on that crop alone,
     whatever the batch size and whatever else is on the page. Buckets grow geometrically
     (`WIDTH_GROWTH`), so a page's crops fall into a few of them and batches fill: one model
-    call per bucket and `batch_size` crops. The resize, normalisation, session and CTC
-    decoder are rapidocr's.
+    call per bucket and `batch_size` crops (fewer for wide ones, `WIDTH_BUDGET`). The
+    resize, normalisation, session and CTC decoder are rapidocr's.
     """
 
     name = "rapidocr"
@@ -398,8 +419,9 @@ class RapidRecogniser:
             by_width.setdefault(self._padded_width(array), []).append(i)
         results: list[Any] = [None] * len(arrays)
         for width, ids in sorted(by_width.items()):
-            for start in range(0, len(ids), self.batch_size):
-                chunk = ids[start : start + self.batch_size]
+            step = max(1, min(self.batch_size, WIDTH_BUDGET // width))
+            for start in range(0, len(ids), step):
+                chunk = ids[start : start + step]
                 batch = np.stack([self._normalise(arrays[i], width) for i in chunk])
                 # OpenVINO's output is a view of the request's buffer: used up before the
                 # next call.

@@ -2,11 +2,17 @@
 boxes found in them.
 
 A detector has an input size (RapidOCR: long side 2000 px). A page up to `1 / MIN_SCALE`
-times that is detected whole, scaled down as the detector does; a larger page would be
-scaled so far that ordinary text vanishes (a 7700 px square page with a 100 px line came
-back empty), so it is cut into overlapping windows detected at `MIN_SCALE`. A strip too
-thin or too long for the detector (20000x10) is cut along its length and each window padded
-with white to an aspect ratio the detector accepts (`MAX_ASPECT`).
+times that is detected scaled down as the detector does; a larger page would be scaled so
+far that ordinary text vanishes (a 7700 px square page with a 100 px line came back empty),
+so it is detected at `MIN_SCALE`. A strip too thin or too long for the detector (20000x10)
+is cut along its length and each window padded with white to an aspect ratio the detector
+accepts (`MAX_ASPECT`).
+
+A detector's memory grows with its input's area (RapidOCR's DB: ~160 MB of activations per
+megapixel, 500 MB for a letter page at 2000 px), so no window holds more than
+`max_pixels` at detection scale: a page over it is cut into overlapping windows, as wide as
+the detector takes (full-width bands on ordinary pages, so no line is cut across its
+length) and at least `min_window` high (the detector scales a shorter input up).
 
 Boxes of different windows are merged when they are the same text seen twice (most of the
 smaller one inside the other) or one line cut at a window edge (side by side, sharing most
@@ -21,6 +27,7 @@ from collections.abc import Sequence
 from ocrfleet import ir
 
 MIN_SCALE = 0.5  # never detect a page at less than half its size
+MAX_PIXELS = 1_200_000  # per window at detection scale: three bands for a letter page at 2000 px
 OVERLAP = 128  # px at detection scale shared by neighbouring windows: taller than body text
 MAX_ASPECT = 4  # windows are padded to at most this ratio of long to short side
 SAME_TEXT = 0.5  # share of the smaller box inside the other: the same text seen twice
@@ -28,21 +35,30 @@ SAME_LINE = 0.6  # share of the lower box's height two side-by-side boxes share:
 
 
 def plan(
-    width: int, height: int, max_side: int, min_side: int
+    width: int,
+    height: int,
+    max_side: int,
+    min_side: int,
+    max_pixels: int = MAX_PIXELS,
+    min_window: int = 0,
 ) -> tuple[ir.DetectionPlan, list[ir.BBox]]:
-    """How to detect a `width` x `height` page, and its windows in page pixels."""
+    """How to detect a `width` x `height` page, and its windows in page pixels: `whole`
+    (one window, the page) or `tiles`. `max_pixels`: a window's area at detection scale;
+    `min_window`: the least height of a band, in detection pixels."""
     long_side = max(width, height)
-    scale = min(1.0, max_side / long_side)
-    if scale >= MIN_SCALE:
+    scale = max(MIN_SCALE, min(1.0, max_side / long_side))
+    scaled_w, scaled_h = width * scale, height * scale
+    if long_side * scale <= max_side and scaled_w * scaled_h <= max_pixels:
         whole = ir.BBox(x0=0, y0=0, x1=width, y1=height)
         return ir.DetectionPlan(method="whole", scale=scale, windows=1), [whole]
-    scale = MIN_SCALE
-    size = max_side / scale  # window side in page pixels
+    across = min(scaled_w, max_side)
+    down = min(scaled_h, max_side, max(min_window, max_pixels / across))
     overlap = OVERLAP / scale
-    xs = _starts(width, size, overlap)
-    ys = _starts(height, size, overlap)
+    xs = _starts(width, across / scale, overlap)
+    ys = _starts(height, down / scale, overlap)
+    size_x, size_y = math.ceil(across / scale), math.ceil(down / scale)
     windows = [
-        ir.BBox(x0=x, y0=y, x1=min(width, x + math.ceil(size)), y1=min(height, y + math.ceil(size)))
+        ir.BBox(x0=x, y0=y, x1=min(width, x + size_x), y1=min(height, y + size_y))
         for y in ys
         for x in xs
     ]

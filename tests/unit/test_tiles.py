@@ -32,10 +32,25 @@ def covers(bbox: ir.BBox, ink: tuple[int, int, int, int], slack: int = 6) -> boo
 
 
 def test_pages_up_to_twice_the_input_size_are_detected_whole() -> None:
-    plan, windows = tiles.plan(3300, 2550, max_side=2000, min_side=30)
+    plan, windows = tiles.plan(3300, 2550, max_side=2000, min_side=30, max_pixels=4_000_000)
     assert (plan.method, plan.windows) == ("whole", 1)
     assert plan.scale == pytest.approx(2000 / 3300)
     assert windows == [box(0, 0, 3300, 2550)]
+
+
+@pytest.mark.parametrize("size", [(2560, 3300), (3300, 2550), (1224, 1584)])
+def test_a_page_over_the_pixel_budget_is_read_in_full_width_bands(size: tuple[int, int]) -> None:
+    width, height = size
+    plan, windows = tiles.plan(width, height, 2000, 30, max_pixels=1_700_000, min_window=736)
+    scale = min(1.0, 2000 / max(size))
+    assert (plan.method, plan.windows) == ("tiles", 2) and plan.scale == pytest.approx(scale)
+    for window in windows:
+        assert (window.x0, window.x1) == (0, width)  # no line is cut along its length
+        assert window.width * window.height * scale**2 <= 1_700_000 * 1.01
+        assert window.height * scale >= 736
+    top, bottom = windows
+    assert (top.y0, bottom.y1) == (0, height)
+    assert (top.y1 - bottom.y0) * scale >= tiles.OVERLAP - 1
 
 
 @pytest.mark.parametrize("size", [(7700, 7700), (20000, 10), (10, 20000), (4001, 900)])
