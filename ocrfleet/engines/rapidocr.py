@@ -73,6 +73,8 @@ WIDTH_GROWTH = 1.25
 # 320 px crop at 1 to 16 crops a call). Which crops share a call does not change what each
 # reads (see `RapidRecogniser`).
 WIDTH_BUDGET = 4 * 320
+# Detection pixels from a window's edge within which a box counts as cut by it.
+SEAM_MARGIN = 4
 # rapidocr's detection settings that change boxes; their values come from its config.yaml.
 _DET_KEYS = (
     "limit_side_len",
@@ -189,6 +191,7 @@ def _det_params(root: DictConfig) -> dict[str, Any]:
     params["tiles"] = {
         "min_scale": tiles.MIN_SCALE,
         "max_pixels": tiles.MAX_PIXELS,
+        "seam_margin": SEAM_MARGIN,
         "overlap": tiles.OVERLAP,
         "max_aspect": tiles.MAX_ASPECT,
         "same_text": tiles.SAME_TEXT,
@@ -229,6 +232,24 @@ def release_stage(stage: Any) -> None:
     request = getattr(getattr(stage, "session", None), "session", None)
     if hasattr(request, "get_compiled_model"):
         request.get_compiled_model().release_memory()
+
+
+def _scaled(array: np.ndarray, scale: float) -> tuple[np.ndarray, float, float]:
+    """A page resampled as rapidocr resamples one for its detector (bilinear, each side
+    rounded to a multiple of 32, which the detector needs), with the ratios (x, y) of its
+    sides to the page's: a window cut from it on multiples of 32 is detected on exactly the
+    pixels a whole-page pass would see."""
+    height, width = array.shape[:2]
+    size = (_multiple_of_32(width * scale), _multiple_of_32(height * scale))
+    if size != (width, height):
+        array = cv2.resize(array, size)
+    return array, size[0] / width, size[1] / height
+
+
+def _multiple_of_32(length: float) -> int:
+    """rapidocr's rounding of a side; a side under 32 px (a thin strip) is kept, and its
+    windows padded instead (`tiles.padding`)."""
+    return max(1, int(length)) if length < 32 else round(int(length) / 32) * 32
 
 
 def _to_bgr(image: Image.Image) -> np.ndarray:
@@ -278,12 +299,16 @@ class RapidDetector:
         if plan.method == "whole" and not self._odd_shape(page.width, page.height, plan.scale):
             found = [(0, bbox, score) for bbox, score in self._detect_array(original)]
         else:
+            scaled, ratio_x, ratio_y = _scaled(original, plan.scale)
+            del original
             found = []
             for index, window in enumerate(windows):
-                for bbox, score in self._detect_window(original, window, plan.scale):
+                for bbox, score in self._detect_window(scaled, window, ratio_x, ratio_y):
                     found.append((index, bbox, score))
         regions = []
-        for bbox, score in tiles.merge(found):
+        if len(windows) > 1:
+            found = tiles.seam_slivers(found, windows, SEAM_MARGIN / plan.scale)
+        for bbox, score in tiles.merge(found, windows):
             bbox = polygon_bbox([(bbox.x0, bbox.y0), (bbox.x1, bbox.y1)], page.width, page.height)
             if bbox is not None:
                 regions.append(ir.Region(number=1, bbox=bbox, det_score=score))
@@ -296,13 +321,17 @@ class RapidDetector:
         return min(width, height) * scale < self._min_side or height > tiles.MAX_ASPECT * width
 
     def _detect_window(
-        self, original: np.ndarray, window: ir.BBox, scale: float
+        self, scaled: np.ndarray, window: ir.BBox, ratio_x: float, ratio_y: float
     ) -> list[tuple[ir.BBox, float]]:
-        crop = original[window.y0 : window.y1, window.x0 : window.x1]
-        size = (max(1, round(window.width * scale)), max(1, round(window.height * scale)))
-        if size != (window.width, window.height):
-            crop = cv2.resize(crop, size, interpolation=cv2.INTER_AREA)
-        right, bottom = tiles.padding(size[0], size[1], self._min_side)
+        """One window of the page, cut on multiples of 32 from the page as `_scaled`
+        resampled it (so every window sees the pixels a whole-page pass would): boxes in
+        page pixels."""
+        height, width = scaled.shape[:2]
+        x0, y0 = 32 * int(window.x0 * ratio_x // 32), 32 * int(window.y0 * ratio_y // 32)
+        x1 = min(width, 32 * math.ceil(window.x1 * ratio_x / 32))
+        y1 = min(height, 32 * math.ceil(window.y1 * ratio_y / 32))
+        crop = scaled[y0:y1, x0:x1]
+        right, bottom = tiles.padding(crop.shape[1], crop.shape[0], self._min_side)
         if right or bottom:
             crop = cv2.copyMakeBorder(
                 crop, 0, bottom, 0, right, cv2.BORDER_CONSTANT, value=(255, 255, 255)
@@ -311,8 +340,8 @@ class RapidDetector:
         for bbox, score in self._detect_array(crop):
             mapped = polygon_bbox(
                 [
-                    (window.x0 + bbox.x0 / scale, window.y0 + bbox.y0 / scale),
-                    (window.x0 + bbox.x1 / scale, window.y0 + bbox.y1 / scale),
+                    ((x0 + bbox.x0) / ratio_x, (y0 + bbox.y0) / ratio_y),
+                    ((x0 + bbox.x1) / ratio_x, (y0 + bbox.y1) / ratio_y),
                 ],
                 window.x1,
                 window.y1,

@@ -14,9 +14,11 @@ megapixel, 500 MB for a letter page at 2000 px), so no window holds more than
 the detector takes (full-width bands on ordinary pages, so no line is cut across its
 length) and at least `min_window` high (the detector scales a shorter input up).
 
-Boxes of different windows are merged when they are the same text seen twice (most of the
-smaller one inside the other) or one line cut at a window edge (side by side, sharing most
-of their height); boxes of one window are never merged with each other.
+A line cut at a window's edge is seen whole by the neighbour that overlaps it, so the cut
+piece is dropped (`seam_slivers`). Boxes of different windows are then merged when they are
+the same text seen twice (most of the smaller one inside the other) or one line cut at a
+window edge (side by side, sharing most of their height); boxes of one window are never
+merged with each other.
 """
 
 from __future__ import annotations
@@ -82,8 +84,62 @@ def padding(width: int, height: int, min_side: int) -> tuple[int, int]:
     return new_w - width, new_h - height
 
 
-def merge(found: Sequence[tuple[int, ir.BBox, float]]) -> list[tuple[ir.BBox, float]]:
-    """(window index, box, score) from every window -> merged (box, best score)."""
+def seam_slivers(
+    found: Sequence[tuple[int, ir.BBox, float]], windows: Sequence[ir.BBox], margin: float
+) -> list[tuple[int, ir.BBox, float]]:
+    """`found` without the boxes a window cut at its edge where a neighbour sees them whole:
+    a box that touches (within `margin` page pixels) an edge of its window that another
+    window overlaps, with its centre past the middle of that overlap. A line cut at a
+    seam leaves such a sliver, and a sliver a few pixels high would otherwise be merged
+    with the next line as "one line cut at a window edge". A box taller than the overlap,
+    cut in every window, keeps its pieces (its centre is inside one of them), and `merge`
+    joins them."""
+    cores = _cores(windows)
+    kept = []
+    for index, box, score in found:
+        window, core = windows[index], cores[index]
+        cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+        cut = (
+            (box.x0 <= window.x0 + margin and core.x0 > window.x0 and cx < core.x0)
+            or (box.x1 >= window.x1 - margin and core.x1 < window.x1 and cx > core.x1)
+            or (box.y0 <= window.y0 + margin and core.y0 > window.y0 and cy < core.y0)
+            or (box.y1 >= window.y1 - margin and core.y1 < window.y1 and cy > core.y1)
+        )
+        if not cut:
+            kept.append((index, box, score))
+    return kept
+
+
+def _cores(windows: Sequence[ir.BBox]) -> list[ir.BBox]:
+    """Each window's share of the page: its box, with every edge another window overlaps
+    moved to the middle of that overlap."""
+    cores = []
+    for window in windows:
+        x0, y0, x1, y1 = window.x0, window.y0, window.x1, window.y1
+        for other in windows:
+            if other is window:
+                continue
+            rows = min(window.y1, other.y1) > max(window.y0, other.y0)
+            columns = min(window.x1, other.x1) > max(window.x0, other.x0)
+            if rows and other.x0 < window.x0 < other.x1 <= window.x1:
+                x0 = max(x0, (window.x0 + other.x1) // 2)
+            if rows and window.x0 <= other.x0 < window.x1 < other.x1:
+                x1 = min(x1, (other.x0 + window.x1) // 2)
+            if columns and other.y0 < window.y0 < other.y1 <= window.y1:
+                y0 = max(y0, (window.y0 + other.y1) // 2)
+            if columns and window.y0 <= other.y0 < window.y1 < other.y1:
+                y1 = min(y1, (other.y0 + window.y1) // 2)
+        cores.append(ir.BBox(x0=x0, y0=y0, x1=x1, y1=y1))
+    return cores
+
+
+def merge(
+    found: Sequence[tuple[int, ir.BBox, float]], windows: Sequence[ir.BBox] | None = None
+) -> list[tuple[ir.BBox, float]]:
+    """(window index, box, score) from every window -> merged (box, best score). With
+    `windows`, two boxes side by side are one line cut at a seam only when their windows
+    are side by side too (a band above another cuts no line across its length: the two are
+    neighbouring columns)."""
     parent = list(range(len(found)))
 
     def root(i: int) -> int:
@@ -99,7 +155,10 @@ def merge(found: Sequence[tuple[int, ir.BBox, float]]) -> list[tuple[ir.BBox, fl
             wj, b, _ = found[j]
             if b.y0 >= a.y1:
                 break
-            if wi != wj and _same(a, b):
+            if wi == wj:
+                continue
+            beside = windows is None or windows[wi].x0 != windows[wj].x0
+            if _same(a, b, beside):
                 parent[root(j)] = root(i)
     groups: dict[int, list[int]] = {}
     for i in range(len(found)):
@@ -117,7 +176,7 @@ def merge(found: Sequence[tuple[int, ir.BBox, float]]) -> list[tuple[ir.BBox, fl
     return merged
 
 
-def _same(a: ir.BBox, b: ir.BBox) -> bool:
+def _same(a: ir.BBox, b: ir.BBox, beside: bool = True) -> bool:
     dx = min(a.x1, b.x1) - max(a.x0, b.x0)
     dy = min(a.y1, b.y1) - max(a.y0, b.y0)
     if dx <= 0 or dy <= 0:
@@ -125,4 +184,4 @@ def _same(a: ir.BBox, b: ir.BBox) -> bool:
     smaller = min(a.width * a.height, b.width * b.height)
     if dx * dy >= SAME_TEXT * smaller:
         return True
-    return dy >= SAME_LINE * min(a.height, b.height)
+    return beside and dy >= SAME_LINE * min(a.height, b.height)

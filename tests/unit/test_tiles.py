@@ -95,9 +95,44 @@ def test_merge_joins_a_line_cut_at_a_window_edge_and_duplicates_only() -> None:
     ]
 
 
+def test_neighbouring_columns_seen_by_two_bands_stay_apart() -> None:
+    top, bottom = box(0, 0, 3000, 800), box(0, 600, 3000, 1400)
+    found = [(0, box(100, 700, 1500, 740), 0.9), (1, box(1495, 702, 2900, 742), 0.9)]
+    assert len(tiles.merge(found, [top, bottom])) == 2
+    left, right = box(0, 0, 1600, 1400), box(1400, 0, 3000, 1400)  # side by side: one line
+    assert len(tiles.merge(found, [left, right])) == 1
+
+
 def test_stacked_lines_of_different_windows_stay_apart() -> None:
     found = [(0, box(100, 100, 900, 140), 0.9), (1, box(100, 128, 900, 168), 0.9)]
     assert len(tiles.merge(found)) == 2
+
+
+def test_a_line_cut_at_a_seam_is_kept_from_the_band_that_sees_it_whole() -> None:
+    top, bottom = box(0, 0, 1500, 800), box(0, 600, 1500, 1400)  # overlap 600..800, middle 700
+    found = [
+        (0, box(100, 770, 900, 800), 0.9),  # a sliver: window 0 cut the line at its bottom
+        (1, box(100, 770, 900, 830), 0.9),  # the line, whole in window 1
+        (1, box(100, 840, 900, 870), 0.9),  # the next line, which the sliver would glue to it
+        (0, box(100, 640, 900, 680), 0.8),  # a line in window 0's share, whole in window 0
+        (1, box(100, 600, 900, 680), 0.7),  # ... cut by window 1 at its top: dropped
+        (0, box(100, 500, 900, 800), 0.6),  # a tall box cut by window 0, centre in its share
+        (1, box(100, 600, 900, 1000), 0.6),  # ... and by window 1, centre in its share
+    ]
+    kept = tiles.seam_slivers(found, [top, bottom], margin=4)
+    assert [f[1].as_tuple() for f in kept] == [
+        (100, 770, 900, 830),
+        (100, 840, 900, 870),
+        (100, 640, 900, 680),
+        (100, 500, 900, 800),
+        (100, 600, 900, 1000),
+    ]
+    lines = [f for f in kept if f[1].height < 100]
+    assert sorted(b.as_tuple() for b, _ in tiles.merge(lines)) == [
+        (100, 640, 900, 680),
+        (100, 770, 900, 830),
+        (100, 840, 900, 870),
+    ]
 
 
 @pytest.fixture(scope="module")
