@@ -196,6 +196,7 @@ def _det_params(root: DictConfig) -> dict[str, Any]:
         "max_aspect": tiles.MAX_ASPECT,
         "same_text": tiles.SAME_TEXT,
         "same_line": tiles.SAME_LINE,
+        "overlap_x": tiles.OVERLAP_X,
     }
     return json.loads(json.dumps(params, default=list))
 
@@ -307,7 +308,7 @@ class RapidDetector:
                     found.append((index, bbox, score))
         regions = []
         if len(windows) > 1:
-            found = tiles.seam_slivers(found, windows, SEAM_MARGIN / plan.scale)
+            found = tiles.finer(tiles.seam_slivers(found, windows, SEAM_MARGIN / plan.scale))
         for bbox, score in tiles.merge(found, windows):
             bbox = polygon_bbox([(bbox.x0, bbox.y0), (bbox.x1, bbox.y1)], page.width, page.height)
             if bbox is not None:

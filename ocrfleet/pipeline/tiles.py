@@ -15,7 +15,8 @@ the detector takes (full-width bands on ordinary pages, so no line is cut across
 length) and at least `min_window` high (the detector scales a shorter input up).
 
 A line cut at a window's edge is seen whole by the neighbour that overlaps it, so the cut
-piece is dropped (`seam_slivers`). Boxes of different windows are then merged when they are
+piece is dropped (`seam_slivers`); where one window joins what another sees as boxes side by
+side, the pieces are kept (`finer`). Boxes of different windows are then merged when they are
 the same text seen twice (most of the smaller one inside the other) or one line cut at a
 window edge (side by side, sharing most of their height); boxes of one window are never
 merged with each other.
@@ -23,6 +24,7 @@ merged with each other.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -34,6 +36,7 @@ OVERLAP = 128  # px at detection scale shared by neighbouring windows: taller th
 MAX_ASPECT = 4  # windows are padded to at most this ratio of long to short side
 SAME_TEXT = 0.5  # share of the smaller box inside the other: the same text seen twice
 SAME_LINE = 0.6  # share of the lower box's height two side-by-side boxes share: one line
+OVERLAP_X = 24  # px two pieces of a split line may overlap (the detector widens its boxes)
 
 
 def plan(
@@ -108,6 +111,34 @@ def seam_slivers(
         if not cut:
             kept.append((index, box, score))
     return kept
+
+
+def finer(found: Sequence[tuple[int, ir.BBox, float]]) -> list[tuple[int, ir.BBox, float]]:
+    """`found` without the boxes that another window saw as two or more boxes side by side
+    (each mostly inside it): where windows disagree, the detector joining two columns
+    across a narrow gutter is the common error, not splitting one line."""
+    dropped = set()
+    for i, (wi, a, _) in enumerate(found):
+        pieces: dict[int, list[ir.BBox]] = {}
+        for wj, b, _ in found:
+            if wj != wi and _inside(b, a) >= SAME_TEXT and b.width < a.width:
+                pieces.setdefault(wj, []).append(b)
+        for boxes in pieces.values():
+            boxes.sort(key=lambda b: b.x0)
+            if len(boxes) > 1 and all(
+                left.x1 <= right.x0 + OVERLAP_X for left, right in itertools.pairwise(boxes)
+            ):
+                dropped.add(i)
+    return [f for i, f in enumerate(found) if i not in dropped]
+
+
+def _inside(small: ir.BBox, large: ir.BBox) -> float:
+    """The share of `small`'s area inside `large`."""
+    dx = min(small.x1, large.x1) - max(small.x0, large.x0)
+    dy = min(small.y1, large.y1) - max(small.y0, large.y0)
+    if dx <= 0 or dy <= 0:
+        return 0.0
+    return dx * dy / max(1, small.width * small.height)
 
 
 def _cores(windows: Sequence[ir.BBox]) -> list[ir.BBox]:

@@ -103,6 +103,23 @@ def test_neighbouring_columns_seen_by_two_bands_stay_apart() -> None:
     assert len(tiles.merge(found, [left, right])) == 1
 
 
+def test_two_columns_one_band_joined_are_kept_as_the_other_band_split_them() -> None:
+    found = [
+        (0, box(1740, 840, 3055, 907), 0.9),  # window 0 joined two columns ...
+        (1, box(1742, 843, 2426, 900), 0.9),  # ... that window 1 saw apart
+        (1, box(2403, 846, 3055, 907), 0.9),
+        (0, box(100, 1000, 1400, 1040), 0.9),  # one line seen whole by both windows
+        (1, box(102, 1001, 1398, 1041), 0.9),
+    ]
+    kept = [f[1].as_tuple() for f in tiles.finer(found)]
+    assert kept == [
+        (1742, 843, 2426, 900),
+        (2403, 846, 3055, 907),
+        (100, 1000, 1400, 1040),
+        (102, 1001, 1398, 1041),
+    ]
+
+
 def test_stacked_lines_of_different_windows_stay_apart() -> None:
     found = [(0, box(100, 100, 900, 140), 0.9), (1, box(100, 128, 900, 168), 0.9)]
     assert len(tiles.merge(found)) == 2
