@@ -496,14 +496,17 @@ def load_ctc(set_name: str) -> dict[str, dict]:
 def texts_to_score(row: RealRow, partner: RealRow | None, greedy: Sequence[str]) -> set[str]:
     """Every text whose likelihood training may ask for on this crop, as the scorer sees
     them (whitespace folded): each reading, the augmentation's texts
-    (bench/train_consensus.py), and each model's greedy reading (also as given)."""
+    (bench/train_consensus.py), and each model's greedy reading (also as given); each also
+    without the whitespace the label rule drops (`CtcScores.label_log_likelihood`)."""
     from bench.train_consensus import augmented_texts
+    from ocrfleet.labels import tight
     from ocrfleet.metrics import normalize_ws
 
     texts = {r[0] for r in row.reads.values() if r is not None}
     texts.update(augmented_texts(row, partner))
     texts.update(greedy)
-    return {normalize_ws(t) for t in texts} | set(greedy)
+    texts = {normalize_ws(t) for t in texts} | set(greedy)
+    return texts | {tight(t) for t in texts}
 
 
 def _finite(value: float) -> float:

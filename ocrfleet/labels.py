@@ -46,6 +46,31 @@ def canonical(text: str, *, case_sensitive: bool = True) -> str:
     return folded if case_sensitive else folded.casefold()
 
 
+# ASCII punctuation, and what `_FOLD` turns into it: whitespace next to one is dropped by
+# `canonical`.
+_PUNCT_LIKE = re.escape(
+    "".join(chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum())
+    + "".join(chr(k) for k, v in _FOLD.items() if v and not v.isalnum() and not v.isspace())
+)
+_SILENT = re.compile(rf"^\s+|\s+$|\s+(?=[{_PUNCT_LIKE}])|(?<=[{_PUNCT_LIKE}])\s+")
+
+
+def silent(text: str) -> list[bool]:
+    """Per character of `text`: True for whitespace `canonical` drops (at either end, or
+    next to punctuation). A reader's doubt about such a space is no doubt about the label,
+    so character evidence leaves them out (`ocrfleet.scorers.ctc`)."""
+    marks = [False] * len(text)
+    for match in _SILENT.finditer(text):
+        marks[match.start() : match.end()] = [True] * (match.end() - match.start())
+    return marks
+
+
+def tight(text: str) -> str:
+    """`text` without its `silent` whitespace, otherwise as written: with `text`, the two
+    spellings of one label a CTC model is asked about ("TOTAL :" and "TOTAL:")."""
+    return _SILENT.sub("", text)
+
+
 def same_text(candidate: str, truth: str, *, case_sensitive: bool = True) -> bool:
     """The label: True when `candidate` is usable as is for `truth`."""
     return canonical(candidate, case_sensitive=case_sensitive) == canonical(

@@ -9,8 +9,9 @@ those per-frame log-probabilities and answers three questions:
   same decoding the engines use;
 - `evidence()`: how sure the model is of that reading, character by character (the weakest
   character, the smallest margin to the runner-up class, the greedy path's log-likelihood
-  per character): one doubtful character shows here, while a line's mean confidence hides
-  it; `emitted()` gives each character with its frames, probability and margin;
+  per character; whitespace the label rule drops is left out): one doubtful character
+  shows here, while a line's mean confidence hides it; `emitted()` gives each character
+  with its frames, probability and margin;
 - `log_likelihood(text)`: log P(text | crop), the CTC forward algorithm over every alignment
   of `text` with the frames, for ANY text: another engine's reading scored under this model
   ("does PP-OCR find tesseract's reading plausible?", cross-scoring); `log_likelihoods(texts)`
@@ -42,6 +43,8 @@ from functools import cached_property
 
 import numpy as np
 from PIL import Image
+
+from ocrfleet import labels
 
 BLANK = ""  # the CTC blank's entry in a charset (column 0)
 # Per-frame log-probability of a character the model has no column for (about 2e-9): far
@@ -133,15 +136,25 @@ class Posterior:
         return out
 
     def evidence(self) -> CharEvidence:
-        """Evidence on the greedy reading, from its characters (see `emitted`)."""
+        """Evidence on the greedy reading, from its characters (see `emitted`), leaving out
+        the whitespace the label rule cannot see (`labels.silent`: at either end, or next
+        to punctuation): doubt whether "reading: 048213" has its space is no doubt about
+        the text, and counted as one it looked like a doubtful digit."""
         lp = self.log_probs
         frames = np.arange(lp.shape[0])
-        greedy_ll = float(lp[frames, self._best].astype(np.float64).sum())
+        path = lp[frames, self._best].astype(np.float64)
         chars = self.emitted()
+        quiet = labels.silent("".join(c.char for c in chars)) if chars else []
+        if len(quiet) != len(chars):  # a multi-character class: nothing is left out
+            quiet = [False] * len(chars)
+        counted = [c for c, q in zip(chars, quiet, strict=True) if not q]
+        greedy_ll = float(path.sum()) - sum(
+            float(path[c.start : c.end].sum()) for c, q in zip(chars, quiet, strict=True) if q
+        )
         return CharEvidence(
-            min_char_prob=min((c.prob for c in chars), default=1.0),
-            min_margin=min((c.margin for c in chars), default=1.0),
-            mean_log_prob=greedy_ll / max(1, len(chars)),
+            min_char_prob=min((c.prob for c in counted), default=1.0),
+            min_margin=min((c.margin for c in counted), default=1.0),
+            mean_log_prob=greedy_ll / max(1, len(counted)),
         )
 
     def missing(self, text: str) -> str:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ocrfleet import ir
-from ocrfleet.labels import canonical
+from ocrfleet.labels import canonical, tight
 from ocrfleet.metrics import levenshtein, normalize_ws
 from ocrfleet.scorers.render import RenderError
 from ocrfleet.scorers.render.formula import latex_body
@@ -152,6 +152,16 @@ class CtcScores:
     min_margin: float
     mean_log_prob: float
     log_likelihood: Callable[[str], float]
+
+    def label_log_likelihood(self, text: str) -> float:
+        """log P of the text `text` stands for by the label rule: written as given or without
+        the whitespace the rule drops (`labels.tight`), the spellings a reader may print.
+        Otherwise a model sure there is no space in "reading:048213" scores "reading:
+        048213", the same text, as a misreading."""
+        spelled = tight(text)
+        if spelled == text:
+            return self.log_likelihood(text)
+        return float(np.logaddexp(self.log_likelihood(text), self.log_likelihood(spelled)))
 
     def reading(self) -> Reading:
         """The model's reading as a re-read: its text, the geometric mean of its characters'
@@ -333,10 +343,11 @@ def ctc_features(
 ) -> dict[str, float]:
     """`candidate` is visible text; `ctc` the CTC models' scores of the crop by model name
     (the candidate's own engine's too, if it is one: its evidence on its own reading);
-    `rivals` the other engines' visible readings of the crop. The candidate's likelihood
-    is given per character (how well the whole line fits) and as a ratio to the model's
-    own reading and to the best rival (one misread character moves the ratio by nats, the
-    per-character mean by a few hundredths)."""
+    `rivals` the other engines' visible readings of the crop. Every likelihood is that of
+    the text's label (`CtcScores.label_log_likelihood`). The candidate's is given per
+    character (how well the whole line fits) and as a ratio to the model's own reading and
+    to the best rival (one misread character moves the ratio by nats, the per-character
+    mean by a few hundredths)."""
     features: dict[str, float] = {}
     mine = canonical(candidate)
     others = [text for text in dict.fromkeys(rivals) if canonical(text) != mine]
@@ -348,7 +359,7 @@ def ctc_features(
             for column in _CTC_COLUMNS[1:]:
                 features[f"ctc_{model}_{column}"] = 0.0
             continue
-        cand = scores.log_likelihood(candidate)
+        cand = scores.label_log_likelihood(candidate)
         features.update(
             {
                 f"ctc_{model}_missing": 0.0,
@@ -357,11 +368,11 @@ def ctc_features(
                 f"ctc_{model}_mean_lp": max(float(scores.mean_log_prob), LOG_PROB_FLOOR),
                 f"ctc_{model}_cand_lp": _per_char(cand, candidate),
                 f"ctc_{model}_cand_gap": min(
-                    _ratio(cand, scores.log_likelihood(scores.text)), GAP_CEILING
+                    _ratio(cand, scores.label_log_likelihood(scores.text)), GAP_CEILING
                 ),
             }
         )
-        rival_gaps.extend(_ratio(scores.log_likelihood(t), cand) for t in others)
+        rival_gaps.extend(_ratio(scores.label_log_likelihood(t), cand) for t in others)
     # No rival (every reading is the candidate's) counts as the least plausible rival.
     features["ctc_rival_gap"] = max(rival_gaps, default=-LOG_RATIO_CAP)
     return features

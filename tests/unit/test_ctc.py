@@ -182,6 +182,22 @@ def test_evidence_finds_the_weakest_character() -> None:
     assert evidence.mean_log_prob == pytest.approx(greedy / 3, abs=1e-5)
 
 
+def test_evidence_leaves_out_a_doubtful_space_the_label_rule_drops() -> None:
+    charset = (BLANK, "a", "b", ":", " ")
+    probs = np.full((7, 5), 0.01)
+    for t, (column, sure) in enumerate([(1, 0.96), (0, 0.96), (3, 0.96), (4, 0.6), (0, 0.96),
+                                        (2, 0.96), (0, 0.96)]):  # fmt: skip
+        probs[t, column] = sure
+    beside_colon = Posterior("test", np.log(probs).astype(np.float32), charset)
+    assert beside_colon.text() == "a: b"
+    assert beside_colon.evidence().min_char_prob == pytest.approx(0.96, abs=1e-5)
+    probs[2] = 0.01
+    probs[2, 1] = 0.96  # "aa b": the same doubtful space between two words counts
+    between_words = Posterior("test", np.log(probs).astype(np.float32), charset)
+    assert between_words.text() == "aa b"
+    assert between_words.evidence().min_char_prob == pytest.approx(0.6, abs=1e-5)
+
+
 def test_a_character_is_judged_at_its_most_confident_frame() -> None:
     probs = np.full((3, 5), 0.01)
     probs[:, 0] = [0.4, 0.02, 0.4]
@@ -234,3 +250,17 @@ def test_cache_is_bounded_and_keyed_by_pixels() -> None:
     assert cache.get("v1", "0") is None  # the oldest went first
     assert cache.get("v1", "2") is posterior
     assert cache.get("v2", "2") is None  # another model version is another entry
+
+
+def test_a_reading_is_scored_as_its_label_with_or_without_a_silent_space() -> None:
+    from ocrfleet.scorers.features import ctc_features, ctc_scores
+
+    posterior = _sharp("-a-:-b-", (BLANK, "a", "b", ":", " "))  # sure there is no space
+    scores = ctc_scores(posterior)
+    spaced = scores.label_log_likelihood("a: b")
+    assert spaced > posterior.log_likelihood("a: b") + 1.0
+    assert spaced >= posterior.log_likelihood("a:b")
+    features = ctc_features("a: b", {"rapidocr": scores}, ["a:b"])
+    assert features["ctc_rapidocr_cand_gap"] >= 0.0  # the same text as the model's reading
+    misread = ctc_features("a: a", {"rapidocr": scores}, ["a:b"])
+    assert misread["ctc_rapidocr_cand_gap"] < -1.0

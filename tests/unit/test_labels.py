@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ocrfleet.labels import canonical, same_text
+from ocrfleet.labels import canonical, same_text, silent, tight
 from ocrfleet.review.reviewed import Reading, ReviewedRegion
 
 
@@ -83,3 +83,24 @@ def test_reviews_label_by_this_rule(reading: str, final: str) -> None:
     assert not region.usable(Reading("rapidocr", reading + "x", None, "scored", 0.5))
     unreadable = dataclasses.replace(region, action="unreadable")
     assert not unreadable.usable(Reading("rapidocr", reading, None, "scored", 0.5))
+
+
+@pytest.mark.parametrize(
+    ("text", "spelled"),
+    [
+        ("TOTAL : 12.00", "TOTAL:12.00"),
+        ("reading: 048213", "reading:048213"),
+        (" a  b ", "a  b"),
+        ("Feb 23-26, 2015", "Feb 23-26,2015"),
+        ("x \u2014 y", "x\u2014y"),
+        ("AMT (RM)", "AMT(RM)"),
+    ],
+)
+def test_tight_drops_only_whitespace_the_rule_cannot_see(text: str, spelled: str) -> None:
+    assert tight(text) == spelled and same_text(spelled, text)
+    assert len(spelled) == sum(not quiet for quiet in silent(text))
+
+
+def test_a_space_between_words_is_never_silent() -> None:
+    assert silent("a b") == [False, False, False]
+    assert tight("Total 12.00") == "Total 12.00"
