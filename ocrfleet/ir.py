@@ -105,6 +105,14 @@ class BBox(_Model):
     def as_tuple(self) -> tuple[int, int, int, int]:
         return (self.x0, self.y0, self.x1, self.y1)
 
+    def share_inside(self, other: BBox) -> float:
+        """The share of this box's area that lies inside `other`."""
+        w = min(self.x1, other.x1) - max(self.x0, other.x0)
+        h = min(self.y1, other.y1) - max(self.y0, other.y0)
+        if w <= 0 or h <= 0:
+            return 0.0
+        return w * h / max(1, self.width * self.height)
+
 
 class Document(_Model):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")

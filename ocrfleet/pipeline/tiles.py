@@ -121,7 +121,7 @@ def finer(found: Sequence[tuple[int, ir.BBox, float]]) -> list[tuple[int, ir.BBo
     for i, (wi, a, _) in enumerate(found):
         pieces: dict[int, list[ir.BBox]] = {}
         for wj, b, _ in found:
-            if wj != wi and _inside(b, a) >= SAME_TEXT and b.width < a.width:
+            if wj != wi and b.share_inside(a) >= SAME_TEXT and b.width < a.width:
                 pieces.setdefault(wj, []).append(b)
         for boxes in pieces.values():
             boxes.sort(key=lambda b: b.x0)
@@ -130,15 +130,6 @@ def finer(found: Sequence[tuple[int, ir.BBox, float]]) -> list[tuple[int, ir.BBo
             ):
                 dropped.add(i)
     return [f for i, f in enumerate(found) if i not in dropped]
-
-
-def _inside(small: ir.BBox, large: ir.BBox) -> float:
-    """The share of `small`'s area inside `large`."""
-    dx = min(small.x1, large.x1) - max(small.x0, large.x0)
-    dy = min(small.y1, large.y1) - max(small.y0, large.y0)
-    if dx <= 0 or dy <= 0:
-        return 0.0
-    return dx * dy / max(1, small.width * small.height)
 
 
 def _cores(windows: Sequence[ir.BBox]) -> list[ir.BBox]:

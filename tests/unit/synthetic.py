@@ -46,15 +46,6 @@ def line_image(text: str, font_size: int = 30, pad: int = 12) -> Image.Image:
     return image
 
 
-def overlap(a: ir.BBox, b: ir.BBox) -> float:
-    """Intersection area over the area of `a`."""
-    w = min(a.x1, b.x1) - max(a.x0, b.x0)
-    h = min(a.y1, b.y1) - max(a.y0, b.y0)
-    if w <= 0 or h <= 0:
-        return 0.0
-    return w * h / max(1, a.width * a.height)
-
-
 def match(lines: list[Line], regions: list[ir.Region]) -> list[int]:
     """For each drawn line, the number of the region that covers most of its ink."""
-    return [max(regions, key=lambda r: overlap(line.bbox, r.bbox)).number for line in lines]
+    return [max(regions, key=lambda r: line.bbox.share_inside(r.bbox)).number for line in lines]
