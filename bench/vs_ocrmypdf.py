@@ -163,14 +163,17 @@ def ocrfleet(
         out = {}
         for corpus in sets:
             out[corpus.name] = workdir / f"{corpus.name}.out.pdf"
-            subprocess.run(
+            done = subprocess.run(
                 [str(BIN / "ocrfleet"), "results", "--format", "pdf", "-o", str(out[corpus.name])]
                 + [str(corpus.pdf)],
                 env=env,
                 cwd=workdir,
-                check=True,
                 capture_output=True,
             )
+            if done.returncode != 0:
+                raise SystemExit(
+                    f"ocrfleet results exited {done.returncode}: {done.stderr[-2000:]!r}"
+                )
         return out
 
     return run
