@@ -16,6 +16,10 @@ time exclusive of the stages it calls:
   scorer with its re-reads, less nothing: re-reads by its readers count here);
 - other: decide, region ordering, crops, the rest of the page path.
 
+The verifier's time is also split by who spends it: each re-reader's calls made inside the
+verifier (`re-read tesseract`, `re-read easyocr`, `re-read rapidocr`: its posterior pass) are
+printed as their own stages, and `verifier` keeps the rest (features, the trees).
+
 Model inference (the RapidOCR detector's and recogniser's runtime calls, inside line
 detection, recognition and the verifier's re-reads) is printed as its own share too.
 
@@ -55,6 +59,9 @@ STAGES = (
     "line detection",
     "recognition",
     "verifier",
+    "re-read rapidocr",
+    "re-read tesseract",
+    "re-read easyocr",
     "other",
 )
 KINDS = ("receipts", "scans", "clean", "pdf-text", "pdf-scan")
@@ -68,9 +75,15 @@ class Profile:
         self.inference = 0.0
         self._stack: list[list[Any]] = []
 
-    def wrap(self, stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(
+        self, stage: str, fn: Callable[..., Any], inside: str | None = None
+    ) -> Callable[..., Any]:
+        """`fn` timed as `stage`; with `inside`, only when called directly by that stage."""
+
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if inside is not None and (not self._stack or self._stack[-1][0] != inside):
+                return fn(*args, **kwargs)
             frame = [stage, 0.0]  # stage, time spent in the calls it made
             self._stack.append(frame)
             started = time.perf_counter()
@@ -118,6 +131,15 @@ def instrument(toolkit: Toolkit, profile: Profile) -> None:
     for name in ("score", "score_against"):  # the page path calls the latter where it exists
         if hasattr(toolkit.scorer, name):
             setattr(toolkit.scorer, name, profile.wrap("verifier", getattr(toolkit.scorer, name)))
+    features = getattr(toolkit.scorer, "features", None)
+    for reader in getattr(features, "readers", ()):
+        stage = f"re-read {reader.name}"
+        if stage not in STAGES:
+            continue
+        for name in ("recognise", "recognise_words", "posteriors"):
+            if hasattr(reader, name):
+                wrapped = profile.wrap(stage, getattr(reader, name), inside="verifier")
+                setattr(reader, name, wrapped)
 
 
 def sources(kind: str, count: int) -> list[Path]:

@@ -232,8 +232,10 @@ def shortcuts(
     accepted_oof: np.ndarray,
 ) -> None:
     """`score_against`'s stages on every real candidate as its region's sole candidate,
-    with the shipped model: what each skips, and the accepted candidates it loses against
-    the full score (the bounds are exact, so only the screen can lose any)."""
+    with the shipped model: what each skips, and the accepted candidates it loses or gains
+    against the full score (the bounds are exact, so only the screen and the second stage's
+    predictions can change any). In-sample for the shipped trees: the weights file holds
+    the out-of-fold figures."""
     from ocrfleet.scorers.consensus import LAZY_READERS
     from ocrfleet.scorers.features import optimistic, pessimistic, rereads_for
 
@@ -262,18 +264,32 @@ def shortcuts(
                 lazy_up = platt(trees.upper_raw(np.vstack(rows), np.vstack(free)))
                 rows, free = zip(*(pessimistic(x1[i], engine, pending) for i in m), strict=True)
                 lazy_low = platt(trees.lower_raw(np.vstack(rows), np.vstack(free)))
-            stage2 = ~stage1 & ((lazy_up < limit) | (lazy_low >= limit))
+            exact2 = ~stage1 & ((lazy_up < limit) | (lazy_low >= limit))
+            early, cut = calibration.second_stage(engine)
+            raw2 = calibration.second.raw(x1[m])
+            predicted = calibration.second_calibration(raw2)
+            early_accept = ~stage1 & ~exact2 & bool(pending) & (predicted >= max(early, limit))
+            early_review = ~stage1 & ~exact2 & bool(pending) & ~early_accept & (raw2 < cut)
+            stage2 = exact2 | early_accept | early_review
             third = ~stage1 & ~stage2 & bool(pending)
             accept_full = full[m] >= limit
-            accept_path = ~stage1 & np.where(stage2, lazy_low >= limit, accept_full)
+            accept_path = (
+                ~stage1
+                & ~early_review
+                & (early_accept | np.where(exact2, lazy_low >= limit, accept_full))
+            )
             lost = int((accept_full & ~accept_path).sum())
+            gained = accept_path & ~accept_full
             print(
                 f"shortcuts {name}[{engine}]: {m.size} candidates, bounded {int(bounded.sum())}, "
                 f"screened {int((screen & ~bounded).sum())}, decided without {pending} "
-                f"{int(stage2.sum())}, read by {pending} {int(third.sum())} "
-                f"({third.mean():.3f}); accepted full {int(accept_full.sum())}, by the path "
-                f"{int(accept_path.sum())}, lost {lost} (wrong among lost "
-                f"{int((accept_full & ~accept_path & ~y[m]).sum())})"
+                f"{int(stage2.sum())} (exact {int(exact2.sum())}, predicted right "
+                f"{int(early_accept.sum())}, predicted not accepted {int(early_review.sum())}), "
+                f"read by {pending} {int(third.sum())} ({third.mean():.3f}); accepted full "
+                f"{int(accept_full.sum())} (wrong {int((accept_full & ~y[m]).sum())}), by the "
+                f"path {int(accept_path.sum())} (wrong {int((accept_path & ~y[m]).sum())}), "
+                f"lost {lost} (wrong among lost {int((accept_full & ~accept_path & ~y[m]).sum())}),"
+                f" gained {int(gained.sum())} (wrong {int((gained & ~y[m]).sum())})"
             )
 
 

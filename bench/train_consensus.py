@@ -26,7 +26,14 @@ Procedure (fixed seeds throughout, so the same rows give the same file byte for 
    accepted (out-of-fold score at its threshold); its cut is the highest that sends at
    most SCREEN_LOSS of any set's accepted candidates to review (out-of-fold). The scorer
    re-reads none of what it screens out, which on real pages is most of the re-reads;
-5. the shipped trees (both) are fitted on all rows.
+5. the second stage: a third model, fitted on the features a candidate has after every
+   re-read but the lazy readers' (`consensus.LAZY_READERS`: EasyOCR), predicts whether it
+   is right; its Platt map and thresholds are chosen as the full model's (step 3). Where
+   its probability reaches that threshold (and the full one), the candidate is accepted
+   without the lazy readers; where its log-odds are under the cut (the least of any
+   candidate the full model accepts, out-of-fold: SCREEN_LOSS) it goes to review unread by
+   them. The evidence is the whole path's, out-of-fold: accepted, precision and its bound;
+6. the shipped trees (all three) are fitted on all rows.
 The weights file records the data hashes, the cross-validation AUROCs and every choice.
 """
 
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import sys
@@ -59,7 +67,12 @@ from ocrfleet import ir  # noqa: E402
 from ocrfleet.labels import same_text  # noqa: E402
 from ocrfleet.metrics import levenshtein  # noqa: E402
 from ocrfleet.scorers.base import Unit  # noqa: E402
-from ocrfleet.scorers.consensus import OTHER_ENGINE, WEIGHTS_FORMAT, WEIGHTS_PATH  # noqa: E402
+from ocrfleet.scorers.consensus import (  # noqa: E402
+    LAZY_READERS,
+    OTHER_ENGINE,
+    WEIGHTS_FORMAT,
+    WEIGHTS_PATH,
+)
 from ocrfleet.scorers.features import (  # noqa: E402
     DECREASING,
     FEATURE_NAMES,
@@ -409,6 +422,21 @@ def accepted_at(
     )
 
 
+def loss_cuts(
+    raw: np.ndarray, accepted: np.ndarray, engines: Sequence[str]
+) -> dict[str, float | None]:
+    """Per engine group, the highest cut on `raw` under which at most SCREEN_LOSS of the
+    group's `accepted` candidates fall (None where the group has none accepted)."""
+    groups = np.array([engine_group(e) for e in engines])
+    cuts: dict[str, float | None] = {}
+    for group in (*ENGINES, OTHER_ENGINE):
+        kept = raw[accepted & (groups == group)]
+        cut = float(np.quantile(kept, SCREEN_LOSS, method="lower")) if kept.size else None
+        # rounded down: a cut rounded up would screen out candidates tied at the quantile
+        cuts[group] = None if cut is None else math.floor(cut * 1e8) / 1e8
+    return cuts
+
+
 def fit_screen(
     x0: np.ndarray,
     accepted: np.ndarray,
@@ -424,13 +452,11 @@ def fit_screen(
     raw = out_of_fold(x0, accepted, docs)
     sets_arr = np.array(sets)
     groups = np.array([engine_group(e) for e in engines])
-    cuts: dict[str, float | None] = {}
+    cuts = loss_cuts(raw, accepted, engines)
     evidence: dict[str, dict] = {}
     for group in (*ENGINES, OTHER_ENGINE):
         mine = groups == group
-        kept = raw[accepted & mine]
-        cut = float(np.quantile(kept, SCREEN_LOSS, method="lower")) if kept.size else None
-        cuts[group] = None if cut is None else round(cut, 8)
+        cut = cuts[group]
         screened = mine & (raw < cut) if cut is not None else np.zeros_like(mine)
         evidence[group] = {
             str(name): {
@@ -442,6 +468,114 @@ def fit_screen(
             for name in sorted(set(sets_arr[mine]))
         }
     return fit_trees(x0, accepted), cuts, evidence
+
+
+@dataclass(frozen=True)
+class SecondStage:
+    """The second stage's fitted parts and its out-of-fold evidence."""
+
+    model: Any
+    platt: Any
+    thresholds: dict[str, dict[str, float | None]]
+    cuts: dict[str, float | None]
+    evidence: dict
+
+
+def fit_second_stage(
+    x1: np.ndarray,
+    y: np.ndarray,
+    docs: Sequence[str],
+    sets: Sequence[str],
+    engines: Sequence[str],
+    full_prob: np.ndarray,
+    full_thresholds: dict[str, dict[str, float | None]],
+) -> SecondStage:
+    """Step 5 of the procedure. `full_prob` are the full model's out-of-fold
+    probabilities; the evidence compares the path with the second stage (as
+    `ConsensusScorer.score_against` takes it) against the full model alone, per engine
+    group and set: candidates, decided without the lazy readers (accepted, sent to review),
+    accepted by each, and how many of those are right."""
+    from ocrfleet.thresholds import clopper_pearson
+
+    raw = out_of_fold(x1, y, docs)
+    platt = fit_platt(raw, y)
+    prob = platt(raw)
+    thresholds, threshold_evidence = choose_thresholds(prob, y, engines, sets)
+    full_accepted = accepted_at(full_prob, engines, full_thresholds)
+    groups = [engine_group(e) for e in engines]
+    sets_arr, groups_arr = np.array(sets), np.array(groups)
+
+    def path_at(thresholds: dict[str, dict[str, float | None]]):
+        limits = [
+            max(thresholds[g]["text"], full_thresholds[g]["text"])
+            if thresholds[g]["text"] is not None and full_thresholds[g]["text"] is not None
+            else math.inf
+            for g in groups
+        ]
+        early = prob >= np.array(limits)
+        cuts = loss_cuts(raw, full_accepted & ~early, engines)
+        cut_of = np.array([-math.inf if cuts[g] is None else cuts[g] for g in groups])
+        unread = ~early & (raw < cut_of)
+        return early, cuts, unread, early | (~unread & full_accepted)
+
+    # The whole path keeps the promise, not only the early accepts: raise a group's
+    # threshold until its path's bound, and every set's point precision, reach PRECISION
+    # (a group's path depends on its own rows only).
+    for group in (*ENGINES, OTHER_ENGINE):
+        mine = groups_arr == group
+        full = full_thresholds[group]["text"]
+        if thresholds[group]["text"] is None or full is None:
+            continue
+        p_g, raw_g, y_g, sets_g = prob[mine], raw[mine], y[mine], sets_arr[mine]
+        full_g = full_accepted[mine]
+        names = sorted(set(sets_g))
+        for value in np.unique(p_g[p_g >= thresholds[group]["text"]]):
+            early = p_g >= max(value, full)
+            kept = raw_g[full_g & ~early]
+            cut = np.quantile(kept, SCREEN_LOSS, method="lower") if kept.size else -math.inf
+            path = early | (full_g & ~(raw_g < cut))
+            k, n = int((path & y_g).sum()), int(path.sum())
+            if n == 0 or (
+                clopper_pearson(k, n)[0] >= PRECISION
+                and all(
+                    y_g[path & (sets_g == name)].mean() >= PRECISION
+                    for name in names
+                    if (path & (sets_g == name)).any()
+                )
+            ):
+                break
+        else:
+            value = None
+        if value != thresholds[group]["text"]:
+            thresholds[group]["text"] = None if value is None else round(float(value), 8)
+            threshold_evidence[group]["raised_to"] = thresholds[group]["text"]
+    early, cuts, unread, path = path_at(thresholds)
+    by_set: dict[str, dict[str, dict]] = {}
+    for group in (*ENGINES, OTHER_ENGINE):
+        mine = groups_arr == group
+        by_set[group] = {
+            str(name): {
+                "candidates": int((m := mine & (sets_arr == name)).sum()),
+                "accepted_unread": int((early & m).sum()),
+                "review_unread": int((unread & m).sum()),
+                "accepted_full": int((full_accepted & m).sum()),
+                "lost_unread": int((full_accepted & unread & m).sum()),
+                "right_full": int((full_accepted & m & y).sum()),
+                "accepted_path": int((path & m).sum()),
+                "right_path": int((path & m & y).sum()),
+            }
+            for name in sorted(set(sets_arr[mine]))
+        }
+        k, n = int((path & mine & y).sum()), int((path & mine).sum())
+        threshold_evidence.setdefault(group, {})["path"] = {
+            "accepted": n,
+            "precision": round(k / n, 6) if n else None,
+            "lower_bound_95": round(clopper_pearson(k, n)[0], 6) if n else None,
+        }
+    return SecondStage(
+        fit_trees(x1, y), platt, thresholds, cuts,
+        {"threshold_evidence": threshold_evidence, "by_set": by_set, "lazy": list(LAZY_READERS)},
+    )  # fmt: skip
 
 
 def best_of_n_lines(
@@ -539,6 +673,12 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
     screen, cuts, screen_evidence = fit_screen(
         x0[ok], accepted, kept_docs, [s for s, k in zip(ex.sets, ok, strict=True) if k], ok_engines
     )
+    _, x1, ok1 = load_examples(sets, rows, lazy=LAZY_READERS)
+    assert (ok1 == ok).all(), "a candidate scoreable with re-reads must be without the lazy"
+    second = fit_second_stage(
+        x1[ok], y[ok], kept_docs, [s for s, k in zip(ex.sets, ok, strict=True) if k],
+        ok_engines, prob[ok], thresholds,
+    )  # fmt: skip
     final = trees_from_sklearn(fit_trees(x[ok], y[ok]))
     row_hashes = {name: rows_sha256([r for r in rows if r.set == name]) for name in sets}
     document = {
@@ -550,6 +690,12 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
         "thresholds": thresholds,
         "best_of_n_margin": margin,
         "screen": {"trees": trees_from_sklearn(screen).to_json(), "cuts": cuts},
+        "second": {
+            "trees": trees_from_sklearn(second.model).to_json(),
+            "calibration": second.platt.to_json(),
+            "thresholds": {g: t["text"] for g, t in second.thresholds.items()},
+            "cuts": second.cuts,
+        },
         "training": {
             "source": "bench/train_consensus.py on bench/realrows.py rows",
             "rows_sha256": row_hashes,
@@ -565,6 +711,7 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
             "precision_target": PRECISION,
             "best_of_n": {"margin": margin, "cer_by_set": margin_report},
             "screen": {"loss_target": SCREEN_LOSS, "by_set": screen_evidence},
+            "second": second.evidence,
         },
     }  # fmt: skip
     out.write_text(json.dumps(document, indent=None, ensure_ascii=True) + "\n", encoding="utf-8")
@@ -589,6 +736,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"best-of-n margin {document['best_of_n_margin']}: {t['best_of_n']['cer_by_set']}")
     for group, by_set in t["screen"]["by_set"].items():
         print(f"screen {group} cut {document['screen']['cuts'][group]}: {by_set}")
+    second = document["second"]
+    for group, by_set in t["second"]["by_set"].items():
+        print(
+            f"second stage {group} threshold {second['thresholds'][group]} cut "
+            f"{second['cuts'][group]} path {t['second']['threshold_evidence'][group]['path']}: "
+            f"{by_set}"
+        )
 
 
 if __name__ == "__main__":

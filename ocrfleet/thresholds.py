@@ -274,6 +274,18 @@ def shipped_threshold_lines(settings: Settings) -> list[str]:
             f"{candidates} held-back candidates, {lost} of their {accepted} accepted "
             f"(target <= {screen['loss_target']:.0%})"
         )
+    second = raw["training"].get("second", {})
+    lazy = "+".join(second.get("lazy", ()))
+    for engine, by_set in second.get("by_set", {}).items():
+        candidates = sum(item["candidates"] for item in by_set.values())
+        unread = sum(item["accepted_unread"] + item["review_unread"] for item in by_set.values())
+        path = second["threshold_evidence"][engine]["path"]
+        lines.append(
+            f"shipped second stage {engine}: decided without {lazy} "
+            f"{unread / max(candidates, 1):.1%} of {candidates} held-back candidates; the path "
+            f"accepts {path['accepted']} at precision {path['precision']} (95% lower bound "
+            f"{path['lower_bound_95']})"
+        )
     return lines
 
 

@@ -50,7 +50,7 @@ from ocrfleet.scorers.precheck import precheck
 
 NAME = "consensus"
 WEIGHTS_PATH = Path(__file__).with_name("consensus_weights.json")
-WEIGHTS_FORMAT = 4
+WEIGHTS_FORMAT = 5
 
 
 # ---- calibration: the weights file -----------------------------------------------------
@@ -74,6 +74,14 @@ class Calibration:
     # ConsensusScorer.score_against); no cut: that engine's candidates are not screened.
     screen: Trees
     screen_cuts: dict[str, float | None]
+    # After every re-read but the LAZY_READERS': trees over the features a candidate has
+    # then, their own Platt map, and per engine the threshold at or over which it is
+    # accepted without the lazy readers, and the cut on the log-odds under which it goes to
+    # review without them (see ConsensusScorer.score_against).
+    second: Trees
+    second_calibration: Platt
+    second_thresholds: dict[str, float | None]
+    second_cuts: dict[str, float | None]
     sha256: str  # of the weights file: the calibration's identity
 
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -87,6 +95,16 @@ class Calibration:
         """The screen's cut for `engine`'s candidates; -inf screens none out."""
         cut = self.screen_cuts.get(engine, self.screen_cuts.get(OTHER_ENGINE))
         return -math.inf if cut is None else cut
+
+    def second_stage(self, engine: str) -> tuple[float, float]:
+        """(threshold, cut) of the second stage for `engine`'s candidates: inf accepts
+        none early, -inf sends none to review early."""
+        threshold = self.second_thresholds.get(engine, self.second_thresholds.get(OTHER_ENGINE))
+        cut = self.second_cuts.get(engine, self.second_cuts.get(OTHER_ENGINE))
+        return (
+            math.inf if threshold is None else threshold,
+            -math.inf if cut is None else cut,
+        )
 
 
 def _file_sha256(path: Path) -> str:
@@ -112,7 +130,8 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
         )
     trees = Trees.from_json(raw["trees"])
     screen = Trees.from_json(raw["screen"]["trees"])
-    for fitted in (trees, screen):
+    second = Trees.from_json(raw["second"]["trees"])
+    for fitted in (trees, screen, second):
         if fitted.feature.size and int(fitted.feature.max()) >= len(names):
             raise ValueError(f"{path}: a tree splits on a feature this code does not compute")
     return Calibration(
@@ -128,6 +147,16 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
         screen_cuts={
             engine: None if cut is None else float(cut)
             for engine, cut in raw["screen"]["cuts"].items()
+        },
+        second=second,
+        second_calibration=Platt.from_json(raw["second"]["calibration"]),
+        second_thresholds={
+            engine: None if t is None else float(t)
+            for engine, t in raw["second"]["thresholds"].items()
+        },
+        second_cuts={
+            engine: None if cut is None else float(cut)
+            for engine, cut in raw["second"]["cuts"].items()
         },
         sha256=_file_sha256(path),
     )
@@ -182,9 +211,10 @@ def read_with_words(reader: Recogniser, crops: list[Image.Image]) -> list[Readin
     ]
 
 
-# Readers asked last, and only where the others' evidence leaves the decision open: their
-# reading cannot lift the unit's best possible score to its threshold, nor sink its worst
-# under it, is then not asked for (see ConsensusScorer.score_against).
+# Readers asked last, and only where the others' evidence leaves the decision open: where
+# their reading cannot lift the unit's best possible score to its threshold, nor sink its
+# worst under it, or where the fitted second stage decides without them, they are not
+# asked (see ConsensusScorer.score_against).
 LAZY_READERS = ("easyocr",)
 
 
@@ -396,7 +426,12 @@ class ConsensusScorer:
            under its threshold it is `bounded` at that best score; where even their full
            disagreement leaves it at or over the threshold it is `scored` at that least
            score (a lower bound on the exact score, so accepted exactly when the exact
-           score would accept it).
+           score would accept it). Then the fitted second stage: a model of the features
+           the unit has now predicts it is right; at or over both its own threshold
+           (chosen, as the full model's, for precision >= 0.99 with its bound on held-back
+           rows) and the unit's, the unit is `scored` at that probability, unread by the
+           lazy readers; with log-odds under its cut (under which no held-back candidate
+           the full model accepted fell) it is `bounded` at its best score.
         Regions with several candidates are always read by every reader (best-of-N compares
         exact scores)."""
         known = _Known()
@@ -444,6 +479,8 @@ class ConsensusScorer:
         open_ = [i for i in range(len(units)) if i not in decided]
         eager = {r.name for r in self.features.readers} - lazy
         computed = self.features.compute([units[i] for i in open_], readers=eager, known=known)
+        calibration = self.calibration
+        trees, platt = calibration.trees, calibration.calibration
         out: dict[int, ir.Score] = {}
         for i, value in zip(open_, computed, strict=True):
             if isinstance(value, Failure):
@@ -451,17 +488,26 @@ class ConsensusScorer:
                 continue
             engine = units[i].engine
             pending = [name for name in rereads_for(engine) if name in lazy]
-            if per_region[units[i].region_number] != 1 or not pending or limits[i] is None:
+            limit = limits[i]
+            if per_region[units[i].region_number] != 1 or not pending or limit is None:
                 continue
-            trees, platt = self.calibration.trees, self.calibration.calibration
             row, free = optimistic(value, engine, pending)
             upper = float(platt(trees.upper_raw(row[None], free[None]))[0])
             row, free = pessimistic(value, engine, pending)
             lower = float(platt(trees.lower_raw(row[None], free[None]))[0])
-            if upper < limits[i]:
+            if upper < limit:
                 out[i] = self._judge(units[i], ir.Verdict.bounded, upper)
-            elif lower >= limits[i]:
+                continue
+            if lower >= limit:
                 out[i] = self._judge(units[i], ir.Verdict.scored, lower)
+                continue
+            early, cut = calibration.second_stage(engine)
+            raw = calibration.second.raw(value[None])
+            predicted = float(calibration.second_calibration(raw)[0])
+            if predicted >= max(early, limit):
+                out[i] = self._judge(units[i], ir.Verdict.scored, predicted)
+            elif float(raw[0]) < cut:
+                out[i] = self._judge(units[i], ir.Verdict.bounded, upper)
         return out
 
     def _judge(self, unit: Unit, verdict: ir.Verdict, score: float) -> ir.Score:

@@ -198,6 +198,15 @@ def test_weights_file_matches_the_code_and_records_its_evidence() -> None:
         accepted = sum(item["accepted"] for item in by_set.values())
         lost = sum(item["accepted_screened"] for item in by_set.values())
         assert lost <= screen["loss_target"] * accepted
+    # the path with the second stage keeps the promise, and its cut loses what the screen may
+    second = training["second"]
+    for group, by_set in second["by_set"].items():
+        path = second["threshold_evidence"][group]["path"]
+        if path["accepted"]:
+            assert path["lower_bound_95"] >= training["precision_target"]
+        accepted = sum(item["accepted_full"] for item in by_set.values())
+        lost = sum(item["lost_unread"] for item in by_set.values())
+        assert lost <= screen["loss_target"] * accepted
 
 
 def test_shipped_model_scores_without_scikit_learn() -> None:
@@ -395,16 +404,22 @@ def test_a_bounded_unit_is_not_re_read_and_its_bound_holds(readers) -> None:
     bounded = [s.verdict == ir.Verdict.bounded for s in screened]
     assert any(bounded) and not all(bounded)
     calibration = scorer.calibration
+    early, cut = calibration.second_stage("rapidocr")
     read = set()  # the crops read by tesseract: those of units the first stage left open
     for u, e, s in zip(units, exact, screened, strict=True):
         alone = ConsensusFeatures(SETTINGS, readers).compute([u], readers=())[0]
         rows, free = optimistic(alone, "rapidocr")
         upper = calibration.calibration(calibration.trees.upper_raw(rows[None], free[None]))[0]
         predicted = calibration.screen.raw(alone)[0] < calibration.screen_cut("rapidocr")
+        second, second_raw = _second_stage(calibration, u, readers)
         if s.verdict == ir.Verdict.bounded:  # not read by all: the bound holds
-            assert e.score <= s.score + 1e-12 and s.score < threshold or predicted
+            assert e.score <= s.score + 1e-12
+            assert s.score < threshold or predicted or second_raw < cut
             if not (upper < threshold or predicted):
                 read.add(id(u.crop))
+        elif s.score == second:  # accepted by the second stage: at or over both thresholds
+            assert s.verdict == ir.Verdict.scored and s.score >= max(early, threshold)
+            read.add(id(u.crop))
         else:  # the decision the exact score makes, on a score that never overstates it
             assert s.verdict == ir.Verdict.scored
             assert s.score <= e.score + 1e-12
@@ -415,6 +430,59 @@ def test_a_bounded_unit_is_not_re_read_and_its_bound_holds(readers) -> None:
     assert by_name["easyocr"].crops <= by_name["tesseract"].crops
     # RapidOCR's own candidates are not re-read by it: its posterior gives their evidence
     assert by_name["rapidocr"].read == 0
+
+
+def _second_stage(calibration, u: Unit, readers) -> tuple[float, float]:
+    """The second stage's probability and log-odds for a RapidOCR candidate: its features
+    after every re-read but EasyOCR's."""
+    value = ConsensusFeatures(SETTINGS, readers).compute([u], readers=("tesseract",))[0]
+    raw = calibration.second.raw(value[None])
+    return float(calibration.second_calibration(raw)[0]), float(raw[0])
+
+
+def test_the_second_stage_decides_without_the_third_reader(readers) -> None:
+    """Real lines as RapidOCR candidates, right and misread: EasyOCR reads exactly the
+    crops the second stage leaves open; a crop it did not read was accepted at or over
+    both thresholds, or sent to review under the cut (or decided by an exact bound)."""
+    lines = _uw3(8)
+    rng = random.Random(7)
+    units = []
+    for n, (image, truth) in enumerate(lines, start=1):
+        changed = perturb(truth, rng) if n % 2 else None
+        text = truth if changed is None else changed[1]
+        units.append(unit(image, text, engine="rapidocr", n=n, confidence=0.97))
+    counting = [_Counting(r) for r in readers]
+    scorer = ConsensusScorer(SETTINGS, counting)
+    calibration = scorer.calibration
+    threshold = calibration.threshold("rapidocr", "text")
+    scores = scorer.score_against(units, lambda u: threshold)
+    early, cut = calibration.second_stage("rapidocr")
+    trees, platt = calibration.trees, calibration.calibration
+    asked = accepted = sent = 0
+    for u, s in zip(units, scores, strict=True):
+        alone = ConsensusFeatures(SETTINGS, readers).compute([u], readers=("tesseract",))[0]
+        upper = platt(
+            trees.upper_raw(*(a[None] for a in optimistic(alone, "rapidocr", ["easyocr"])))
+        )
+        lower = platt(
+            trees.lower_raw(*(a[None] for a in pessimistic(alone, "rapidocr", ["easyocr"])))
+        )
+        second, second_raw = _second_stage(calibration, u, readers)
+        if s.verdict == ir.Verdict.bounded and s.score < threshold:
+            continue  # out of reach before EasyOCR (first stage, or the exact bound)
+        if lower[0] >= threshold:
+            assert s.verdict == ir.Verdict.scored and s.score == lower[0]
+        elif second >= max(early, threshold):
+            assert s.verdict == ir.Verdict.scored and s.score == second
+            accepted += 1
+        elif second_raw < cut:
+            assert s.verdict == ir.Verdict.bounded and s.score == upper[0]
+            sent += 1
+        else:
+            asked += 1
+    by_name = {r.name: r for r in counting}
+    assert by_name["easyocr"].crops == asked
+    assert accepted and sent  # the real lines exercise both of the second stage's ways
 
 
 def test_the_third_reader_is_asked_only_where_it_can_change_the_decision(readers) -> None:

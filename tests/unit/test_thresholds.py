@@ -165,7 +165,7 @@ def test_run_thresholds_scores_a_labelled_set_with_the_configured_scorer(tmp_pat
     assert any(row.n_accepted == 2 and row.precision == 1.0 for row in rows)
 
 
-def test_shipped_lines_name_each_threshold_and_what_the_screen_skips() -> None:
+def test_shipped_lines_name_each_threshold_and_what_the_shortcuts_skip() -> None:
     from ocrfleet.config import Settings
     from ocrfleet.scorers.consensus import load_calibration
     from ocrfleet.thresholds import shipped_threshold_lines
@@ -179,4 +179,7 @@ def test_shipped_lines_name_each_threshold_and_what_the_screen_skips() -> None:
             int(v) for v in screen.split(", ")[1].split(" accepted")[0].split(" of their ")
         )
         assert lost <= 0.01 * accepted
+        (second,) = [line for line in lines if line.startswith(f"shipped second stage {engine}: ")]
+        bound = second.split("95% lower bound ")[1].rstrip(")")
+        assert bound == "None" or float(bound) >= 0.99
     assert shipped_threshold_lines(Settings(scorer="jev")) == []
