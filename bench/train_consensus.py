@@ -422,19 +422,21 @@ def accepted_at(
     )
 
 
+def loss_cut(kept: np.ndarray) -> float | None:
+    """The highest cut under which at most SCREEN_LOSS of `kept` (the log-odds of accepted
+    candidates) fall, rounded down (rounded up, it would send candidates tied at the
+    quantile to review); None where nothing was accepted."""
+    if not kept.size:
+        return None
+    return math.floor(float(np.quantile(kept, SCREEN_LOSS, method="lower")) * 1e8) / 1e8
+
+
 def loss_cuts(
     raw: np.ndarray, accepted: np.ndarray, engines: Sequence[str]
 ) -> dict[str, float | None]:
-    """Per engine group, the highest cut on `raw` under which at most SCREEN_LOSS of the
-    group's `accepted` candidates fall (None where the group has none accepted)."""
+    """`loss_cut` per engine group."""
     groups = np.array([engine_group(e) for e in engines])
-    cuts: dict[str, float | None] = {}
-    for group in (*ENGINES, OTHER_ENGINE):
-        kept = raw[accepted & (groups == group)]
-        cut = float(np.quantile(kept, SCREEN_LOSS, method="lower")) if kept.size else None
-        # rounded down: a cut rounded up would screen out candidates tied at the quantile
-        cuts[group] = None if cut is None else math.floor(cut * 1e8) / 1e8
-    return cuts
+    return {g: loss_cut(raw[accepted & (groups == g)]) for g in (*ENGINES, OTHER_ENGINE)}
 
 
 def fit_screen(
@@ -481,6 +483,28 @@ class SecondStage:
     evidence: dict
 
 
+def _second_path(
+    prob: np.ndarray, raw: np.ndarray, full_accepted: np.ndarray, limit: float
+) -> tuple[np.ndarray, float | None, np.ndarray, np.ndarray]:
+    """One engine group's path through the second stage, with early accepts at `prob` >=
+    `limit`: (accepted early, the cut, sent to review early, accepted by the path)."""
+    early = prob >= limit
+    cut = loss_cut(raw[full_accepted & ~early])
+    unread = ~early & (raw < (-math.inf if cut is None else cut))
+    return early, cut, unread, early | (full_accepted & ~unread)
+
+
+def _keeps_promise(accepted: np.ndarray, y: np.ndarray, sets: np.ndarray) -> bool:
+    """The accepted candidates' CP bound, and every set's point precision, reach PRECISION."""
+    from ocrfleet.thresholds import clopper_pearson
+
+    k, n = int((accepted & y).sum()), int(accepted.sum())
+    return n == 0 or (
+        clopper_pearson(k, n)[0] >= PRECISION
+        and all(y[accepted & (sets == name)].mean() >= PRECISION for name in set(sets[accepted]))
+    )
+
+
 def fit_second_stage(
     x1: np.ndarray,
     y: np.ndarray,
@@ -502,54 +526,37 @@ def fit_second_stage(
     prob = platt(raw)
     thresholds, threshold_evidence = choose_thresholds(prob, y, engines, sets)
     full_accepted = accepted_at(full_prob, engines, full_thresholds)
-    groups = [engine_group(e) for e in engines]
-    sets_arr, groups_arr = np.array(sets), np.array(groups)
-
-    def path_at(thresholds: dict[str, dict[str, float | None]]):
-        limits = [
-            max(thresholds[g]["text"], full_thresholds[g]["text"])
-            if thresholds[g]["text"] is not None and full_thresholds[g]["text"] is not None
-            else math.inf
-            for g in groups
-        ]
-        early = prob >= np.array(limits)
-        cuts = loss_cuts(raw, full_accepted & ~early, engines)
-        cut_of = np.array([-math.inf if cuts[g] is None else cuts[g] for g in groups])
-        unread = ~early & (raw < cut_of)
-        return early, cuts, unread, early | (~unread & full_accepted)
-
-    # The whole path keeps the promise, not only the early accepts: raise a group's
-    # threshold until its path's bound, and every set's point precision, reach PRECISION
-    # (a group's path depends on its own rows only).
+    sets_arr = np.array(sets)
+    groups_arr = np.array([engine_group(e) for e in engines])
+    early = np.zeros(len(y), dtype=bool)
+    unread = np.zeros(len(y), dtype=bool)
+    cuts: dict[str, float | None] = {}
     for group in (*ENGINES, OTHER_ENGINE):
+        # The whole path keeps the promise, not only the early accepts: the group's
+        # threshold is raised until its path's bound, and every set's point precision,
+        # reach PRECISION (a group's path depends on its own rows only).
         mine = groups_arr == group
-        full = full_thresholds[group]["text"]
-        if thresholds[group]["text"] is None or full is None:
-            continue
         p_g, raw_g, y_g, sets_g = prob[mine], raw[mine], y[mine], sets_arr[mine]
-        full_g = full_accepted[mine]
-        names = sorted(set(sets_g))
-        for value in np.unique(p_g[p_g >= thresholds[group]["text"]]):
-            early = p_g >= max(value, full)
-            kept = raw_g[full_g & ~early]
-            cut = np.quantile(kept, SCREEN_LOSS, method="lower") if kept.size else -math.inf
-            path = early | (full_g & ~(raw_g < cut))
-            k, n = int((path & y_g).sum()), int(path.sum())
-            if n == 0 or (
-                clopper_pearson(k, n)[0] >= PRECISION
-                and all(
-                    y_g[path & (sets_g == name)].mean() >= PRECISION
-                    for name in names
-                    if (path & (sets_g == name)).any()
-                )
-            ):
-                break
-        else:
-            value = None
-        if value != thresholds[group]["text"]:
-            thresholds[group]["text"] = None if value is None else round(float(value), 8)
-            threshold_evidence[group]["raised_to"] = thresholds[group]["text"]
-    early, cuts, unread, path = path_at(thresholds)
+        full_g, full = full_accepted[mine], full_thresholds[group]["text"]
+        first = thresholds[group]["text"]
+        value = None
+        if first is not None and full is not None:
+            value = next(
+                (
+                    round(float(v), 8)
+                    for v in np.unique(p_g[p_g >= first])
+                    if _keeps_promise(
+                        _second_path(p_g, raw_g, full_g, max(v, full))[3], y_g, sets_g
+                    )
+                ),
+                None,
+            )
+        thresholds[group]["text"] = value
+        if value != first:
+            threshold_evidence[group]["raised_to"] = value
+        limit = math.inf if value is None else max(value, full)
+        early[mine], cuts[group], unread[mine], _ = _second_path(p_g, raw_g, full_g, limit)
+    path = early | (full_accepted & ~unread)
     by_set: dict[str, dict[str, dict]] = {}
     for group in (*ENGINES, OTHER_ENGINE):
         mine = groups_arr == group
