@@ -5,11 +5,16 @@ and a local store in a temporary folder, and one `ocrfleet worker --queues gpu,i
 --devices cpu:1` (one Celery page worker on the CPU engine, plus the ingest child). Then
 submits `--pages` small real page images (realdocs' phototest and eurotext and the bundled
 examples' scan and photo, cycled, each with its own PNG text chunk so nothing is deduped)
-and samples the resident memory of the page worker process (the largest process of the
-launcher's tree: it holds the models) every `--every` pages done.
+in batches of `--every`, and after each batch is done samples the page worker process (the
+largest process of the launcher's tree: it holds the models):
 
-Prints the series, and whether the samples after `--warmup` pages stay within 10% of each
-other ((max - min) / min).
+- its resident memory between pages (what it keeps: a leak or a heap that is not given
+  back shows here). A sample taken while a page is being read says more about which stage
+  it caught than about a drift, so the next batch is sent only after the sample;
+- its peak while reading the batch (`VmHWM`, reset after each sample).
+
+Prints the series, and whether the samples between pages after `--warmup` pages stay
+within 10% of each other ((max - min) / min); the peaks' spread is printed beside it.
 
     python bench/memory_soak.py [--pages 500] [--every 50] [--warmup 100]
 """
@@ -46,6 +51,7 @@ SOURCES = [
     REPO / "examples" / "photo.jpg",
 ]
 FLAT = 0.10
+SETTLE_S = 2.0  # after a batch's last page is stored, the worker gives its heap back
 
 
 def free_port() -> int:
@@ -73,6 +79,14 @@ def tree(pid: int) -> list[int]:
                 with suppress(OSError):
                     todo += [int(c) for c in (task / "children").read_text().split()]
     return found
+
+
+def peak_mb(pid: int) -> float:
+    """The process's peak resident memory since the last call (`VmHWM`, then reset)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    peak = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return peak / 1024
 
 
 def pages_done(database_url: str) -> int:
@@ -109,7 +123,7 @@ def main() -> None:
             "OCRFLEET_STORE_URL": f"file://{root / 'store'}",
             "OCRFLEET_BROKER_URL": f"redis://127.0.0.1:{port}/0",
             "OCRFLEET_CACHE_DIR": str(root / "cache"),
-            "OCRFLEET_WORKER_MAX_TASKS": str(args.pages * 2),  # no recycling: we watch it
+            "OCRFLEET_WORKER_MAX_TASKS": str(args.pages * 10),  # no recycling: we watch it
         }
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]
@@ -124,23 +138,26 @@ def main() -> None:
         )  # fmt: skip
         try:
             pngs = page_pngs()
-            for n in range(args.pages):
-                client.submit(tagged_png(pngs[n % len(pngs)], f"soak-{n}"), settings=settings)
             started = time.monotonic()
-            series: list[tuple[int, float]] = []
-            target = args.every
-            while target <= args.pages:
-                if worker.poll() is not None:
-                    raise SystemExit((root / "worker.log").read_text()[-3000:])
-                done = pages_done(settings.database_url)
-                if done >= target:
-                    rss = max(rss_mb(pid) for pid in tree(worker.pid))
-                    series.append((done, rss))
-                    minutes = (time.monotonic() - started) / 60
-                    print(f"pages {done:4d}: page worker RSS {rss:7.1f} MB ({minutes:.1f} min)")
-                    sys.stdout.flush()
-                    target += args.every
-                time.sleep(0.5)
+            series: list[tuple[int, float, float]] = []
+            for first in range(0, args.pages, args.every):
+                last = min(args.pages, first + args.every)
+                for n in range(first, last):
+                    client.submit(tagged_png(pngs[n % len(pngs)], f"soak-{n}"), settings=settings)
+                while (done := pages_done(settings.database_url)) < last:
+                    if worker.poll() is not None:
+                        raise SystemExit((root / "worker.log").read_text()[-3000:])
+                    time.sleep(0.5)
+                time.sleep(SETTLE_S)
+                page_worker = max(tree(worker.pid), key=rss_mb)
+                rss, peak = rss_mb(page_worker), peak_mb(page_worker)
+                series.append((done, rss, peak))
+                minutes = (time.monotonic() - started) / 60
+                print(
+                    f"pages {done:4d}: page worker RSS {rss:7.1f} MB between pages, "
+                    f"peak {peak:7.1f} MB ({minutes:.1f} min)"
+                )
+                sys.stdout.flush()
         finally:
             worker.send_signal(signal.SIGTERM)
             try:
@@ -152,15 +169,17 @@ def main() -> None:
             log.close()
             redis.kill()
             redis.wait(timeout=10)
-    after = [rss for done, rss in series if done >= args.warmup]
+    after = [(rss, peak) for done, rss, peak in series if done >= args.warmup]
     if not after:
         print("no samples after the warm-up")
         return
-    spread = (max(after) - min(after)) / min(after)
+    rss, peaks = [r for r, _ in after], [p for _, p in after]
+    spread = (max(rss) - min(rss)) / min(rss)
     verdict = "flat" if spread <= FLAT else "NOT flat"
     print(
-        f"after {args.warmup} pages: RSS {min(after):.1f}..{max(after):.1f} MB, spread "
-        f"{spread:.1%}: {verdict} (within {FLAT:.0%})"
+        f"after {args.warmup} pages: RSS between pages {min(rss):.1f}..{max(rss):.1f} MB, "
+        f"spread {spread:.1%}: {verdict} (within {FLAT:.0%}); peaks {min(peaks):.1f}.."
+        f"{max(peaks):.1f} MB, spread {(max(peaks) - min(peaks)) / min(peaks):.1%}"
     )
 
 

@@ -23,6 +23,7 @@ turned one crop, an 18x18 px speck, and it costs a model call per line.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -56,6 +57,7 @@ from ocrfleet import (
     offline,  # noqa: F401, I001  (telemetry off before onnxruntime loads)
 )
 from ocrfleet.engines import base
+from ocrfleet.memory import release_memory
 from ocrfleet.pipeline import tiles
 from ocrfleet.pipeline.regions import order_regions, polygon_bbox
 from ocrfleet.scorers import ctc
@@ -201,10 +203,19 @@ def _det_params(root: DictConfig) -> dict[str, Any]:
     return json.loads(json.dumps(params, default=list))
 
 
-def _min_window(det: DictConfig) -> int:
-    """The least input side rapidocr's detector takes as is: with limit_type 'min' it
-    scales a shorter input up to limit_side_len."""
+def _min_short(det: DictConfig) -> int:
+    """The least short side rapidocr's detector reads a page at: with limit_type 'min' it
+    scales a shorter one up to limit_side_len."""
     return int(det.limit_side_len) if det.limit_type == "min" else 0
+
+
+def _native(det: TextDetector) -> TextDetector:
+    """`det` (the same session) without its resizing, for windows already at detection
+    scale: a window lower than limit_side_len would otherwise be scaled up, and read at
+    another scale than the page."""
+    native = copy.copy(det)
+    native.limit_type, native.limit_side_len = "max", math.inf
+    return native
 
 
 def _rec_params(root: DictConfig) -> dict[str, Any]:
@@ -275,8 +286,9 @@ class RapidDetector:
         root = _config("Det", Path(model_path), threads)
         g = root.Global
         self._det = TextDetector(root.Det)
+        self._window_det = _native(self._det)
         self._min_side, self._max_side = int(g.min_side_len), int(g.max_side_len)
-        self._min_window = _min_window(root.Det)
+        self._min_short = _min_short(root.Det)
         self._max_pixels = tiles.MAX_PIXELS
         self._pad_ratio, self._pad_min_h = float(g.width_height_ratio), float(g.min_height)
         self.version = _version(Path(model_path), _det_params(root))
@@ -291,10 +303,20 @@ class RapidDetector:
 
     def _plan(self, width: int, height: int) -> tuple[ir.DetectionPlan, list[ir.BBox]]:
         return tiles.plan(
-            width, height, self._max_side, self._min_side, self._max_pixels, self._min_window
+            width,
+            height,
+            self._max_side,
+            self._min_side,
+            self._max_pixels,
+            self._min_short,
+            self._pad_ratio,
         )
 
     def detect(self, page: Image.Image) -> list[ir.Region]:
+        # The heap goes back to the system before each detector call: the activations
+        # are mapped afresh, so what the page's earlier stages (and the previous band)
+        # freed would otherwise add to the detector's peak instead of being reused.
+        release_memory()
         original = _to_bgr(page)
         plan, windows = self._plan(page.width, page.height)
         if plan.method == "whole" and not self._odd_shape(page.width, page.height, plan.scale):
@@ -304,6 +326,7 @@ class RapidDetector:
             del original
             found = []
             for index, window in enumerate(windows):
+                release_memory()
                 for bbox, score in self._detect_window(scaled, window, ratio_x, ratio_y):
                     found.append((index, bbox, score))
         regions = []
@@ -333,12 +356,14 @@ class RapidDetector:
         y1 = min(height, 32 * math.ceil(window.y1 * ratio_y / 32))
         crop = scaled[y0:y1, x0:x1]
         right, bottom = tiles.padding(crop.shape[1], crop.shape[0], self._min_side)
+        right += -(crop.shape[1] + right) % 32  # the detector's input sides are multiples of 32
+        bottom += -(crop.shape[0] + bottom) % 32
         if right or bottom:
             crop = cv2.copyMakeBorder(
                 crop, 0, bottom, 0, right, cv2.BORDER_CONSTANT, value=(255, 255, 255)
             )
         found = []
-        for bbox, score in self._detect_array(crop):
+        for bbox, score in self._detect_array(crop, native=True):
             mapped = polygon_bbox(
                 [
                     ((x0 + bbox.x0) / ratio_x, (y0 + bbox.y0) / ratio_y),
@@ -351,13 +376,24 @@ class RapidDetector:
                 found.append((mapped, score))
         return found
 
-    def _detect_array(self, image: np.ndarray) -> list[tuple[ir.BBox, float]]:
-        """rapidocr's page preprocessing and detector on one BGR array: boxes in its pixels."""
+    def _detect_array(self, image: np.ndarray, native: bool = False) -> list[tuple[ir.BBox, float]]:
+        """rapidocr's page preprocessing and detector on one BGR array, or with `native` the
+        detector alone on a window at detection scale: boxes in its pixels."""
         height, width = image.shape[:2]
-        img, ratio_h, ratio_w = resize_image_within_bounds(image, self._min_side, self._max_side)
-        record: dict[str, Any] = {"preprocess": {"ratio_h": ratio_h, "ratio_w": ratio_w}}
-        img, record = apply_vertical_padding(img, record, self._pad_ratio, self._pad_min_h)
-        result = self._det(img)
+        if native:
+            img, record, det = (
+                image,
+                {"preprocess": {"ratio_h": 1.0, "ratio_w": 1.0}},
+                self._window_det,
+            )
+        else:
+            img, ratio_h, ratio_w = resize_image_within_bounds(
+                image, self._min_side, self._max_side
+            )
+            record = {"preprocess": {"ratio_h": ratio_h, "ratio_w": ratio_w}}
+            img, record = apply_vertical_padding(img, record, self._pad_ratio, self._pad_min_h)
+            det = self._det
+        result = det(img)
         if result.boxes is None or len(result.boxes) == 0:
             return []
         polygons = map_boxes_to_original(

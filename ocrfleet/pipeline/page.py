@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from ocrfleet import ir
+from ocrfleet.memory import release_memory
 from ocrfleet.pipeline import textlayer
 from ocrfleet.pipeline.images import load_image
 from ocrfleet.pipeline.orient import turn_upright, upright
@@ -66,6 +67,7 @@ def process_image(
     else:
         image, orientation = _upright(image, toolkit)
         regions = detect_regions(image, toolkit.detector)
+        release_memory()  # each stage's peak on its own, not on what the last one freed
         candidates = recognise(
             image,
             regions,
@@ -74,6 +76,7 @@ def process_image(
             timeout_s=settings.engine_timeout_s,
         )
     policy = load_policy(settings)
+    release_memory()
     scores = score_units(image, regions, candidates, toolkit.scorer, policy)
     decisions = decide(regions, candidates, scores, settings, policy)
     result = ir.PageResult(

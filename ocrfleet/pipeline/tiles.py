@@ -8,11 +8,13 @@ so it is detected at `MIN_SCALE`. A strip too thin or too long for the detector 
 is cut along its length and each window padded with white to an aspect ratio the detector
 accepts (`MAX_ASPECT`).
 
-A detector's memory grows with its input's area (RapidOCR's DB: ~160 MB of activations per
-megapixel, 500 MB for a letter page at 2000 px), so no window holds more than
-`max_pixels` at detection scale: a page over it is cut into overlapping windows, as wide as
-the detector takes (full-width bands on ordinary pages, so no line is cut across its
-length) and at least `min_window` high (the detector scales a shorter input up).
+A detector's memory grows with its input's area (RapidOCR's DB under onnxruntime: ~250 MB
+per megapixel on the first call of an input shape, ~160 MB on later ones), so no window
+holds more than `max_pixels` at detection scale: a page over it is cut into overlapping
+windows, as wide as the detector takes (full-width bands on ordinary pages, so no line is
+cut across its length). Detection scale is the scale the detector would read the whole page
+at, its own upscaling of a short side under `min_short` included, so a band is read on the
+pixels a whole-page pass would see, however low it is.
 
 A line cut at a window's edge is seen whole by the neighbour that overlaps it, so the cut
 piece is dropped (`seam_slivers`); where one window joins what another sees as boxes side by
@@ -31,9 +33,10 @@ from collections.abc import Sequence
 from ocrfleet import ir
 
 MIN_SCALE = 0.5  # never detect a page at less than half its size
-MAX_PIXELS = 1_200_000  # per window at detection scale: three bands for a letter page at 2000 px
+MAX_PIXELS = 600_000  # per window at detection scale: eight bands for a letter page at 2000 px
 OVERLAP = 128  # px at detection scale shared by neighbouring windows: taller than body text
-MAX_ASPECT = 4  # windows are padded to at most this ratio of long to short side
+MIN_WINDOW = 2 * OVERLAP  # px: the least band height, so a band is more than its overlaps
+MAX_ASPECT = 8  # windows are padded to at most this long-to-short ratio (rapidocr: 8)
 SAME_TEXT = 0.5  # share of the smaller box inside the other: the same text seen twice
 SAME_LINE = 0.6  # share of the lower box's height two side-by-side boxes share: one line
 OVERLAP_X = 24  # px two pieces of a split line may overlap (the detector widens its boxes)
@@ -45,19 +48,28 @@ def plan(
     max_side: int,
     min_side: int,
     max_pixels: int = MAX_PIXELS,
-    min_window: int = 0,
+    min_short: int = 0,
+    wide_ratio: float = math.inf,
 ) -> tuple[ir.DetectionPlan, list[ir.BBox]]:
     """How to detect a `width` x `height` page, and its windows in page pixels: `whole`
-    (one window, the page) or `tiles`. `max_pixels`: a window's area at detection scale;
-    `min_window`: the least height of a band, in detection pixels."""
+    (one window, the page) or `tiles`. `max_pixels`: a window's area at detection scale.
+    The detector's own preprocessing of a whole page, which the windows keep: a page wider
+    than `wide_ratio` times its height is padded to that ratio, then a short side under
+    `min_short` is scaled up (not on a strip under `min_side` or a tall one, which are
+    padded instead)."""
     long_side = max(width, height)
     scale = max(MIN_SCALE, min(1.0, max_side / long_side))
-    scaled_w, scaled_h = width * scale, height * scale
-    if long_side * scale <= max_side and scaled_w * scaled_h <= max_pixels:
+    scaled_long = long_side * scale
+    short = max(min(width, height) * scale, width * scale / wide_ratio)
+    strip = min(width, height) * scale < min_side or height > MAX_ASPECT * width
+    up = 1.0 if strip else max(1.0, min_short / short)
+    if scaled_long <= max_side and scaled_long * short * up**2 <= max_pixels:
         whole = ir.BBox(x0=0, y0=0, x1=width, y1=height)
         return ir.DetectionPlan(method="whole", scale=scale, windows=1), [whole]
-    across = min(scaled_w, max_side)
-    down = min(scaled_h, max_side, max(min_window, max_pixels / across))
+    scale *= up
+    across = min(width * scale, max_side)
+    rows = max(MIN_WINDOW, across / MAX_ASPECT, max_pixels / across)
+    down = min(height * scale, max_side, rows)
     overlap = OVERLAP / scale
     xs = _starts(width, across / scale, overlap)
     ys = _starts(height, down / scale, overlap)

@@ -3,6 +3,8 @@ it could not take whole (a 59 Mpx page with one line, strips of extreme aspect r
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
@@ -41,16 +43,34 @@ def test_pages_up_to_twice_the_input_size_are_detected_whole() -> None:
 @pytest.mark.parametrize("size", [(2560, 3300), (3300, 2550), (1224, 1584)])
 def test_a_page_over_the_pixel_budget_is_read_in_full_width_bands(size: tuple[int, int]) -> None:
     width, height = size
-    plan, windows = tiles.plan(width, height, 2000, 30, max_pixels=1_700_000, min_window=736)
+    plan, windows = tiles.plan(width, height, 2000, 30, min_short=736)
     scale = min(1.0, 2000 / max(size))
-    assert (plan.method, plan.windows) == ("tiles", 2) and plan.scale == pytest.approx(scale)
+    assert plan.method == "tiles" and plan.scale == pytest.approx(scale)
+    assert plan.windows == len(windows) >= 3
     for window in windows:
         assert (window.x0, window.x1) == (0, width)  # no line is cut along its length
-        assert window.width * window.height * scale**2 <= 1_700_000 * 1.01
-        assert window.height * scale >= 736
-    top, bottom = windows
-    assert (top.y0, bottom.y1) == (0, height)
-    assert (top.y1 - bottom.y0) * scale >= tiles.OVERLAP - 1
+        assert window.width * window.height * scale**2 <= tiles.MAX_PIXELS * 1.01
+        assert window.height * scale >= tiles.MIN_WINDOW
+    assert (windows[0].y0, windows[-1].y1) == (0, height)
+    for top, bottom in itertools.pairwise(windows):
+        assert (top.y1 - bottom.y0) * scale >= tiles.OVERLAP - 1
+
+
+def test_bands_keep_the_detectors_own_scaling_of_a_short_side() -> None:
+    """rapidocr reads a page whose short side is under 736 px scaled up to 736: a narrow
+    receipt's bands are cut at that scale, so they see the pixels a whole pass would."""
+    plan, windows = tiles.plan(500, 1500, 2000, 30, min_short=736)
+    assert plan.method == "tiles" and plan.scale == pytest.approx(736 / 500)
+    assert all((w.x0, w.x1) == (0, 500) for w in windows)
+    assert all(w.width * w.height * plan.scale**2 <= tiles.MAX_PIXELS * 1.01 for w in windows)
+    # Under the budget after the scaling up: whole, and the detector scales it itself.
+    plan, _ = tiles.plan(400, 400, 2000, 30, min_short=736)
+    assert (plan.method, plan.scale) == ("whole", 1.0)
+    # A page wider than the padding ratio is padded before the scaling up, as rapidocr does:
+    # 2000x100 is padded to 2000x250 and read at 736 / 250.
+    plan, windows = tiles.plan(2000, 100, 2000, 30, min_short=736, wide_ratio=8)
+    assert plan.method == "tiles" and plan.scale == pytest.approx(736 / 250)
+    assert len({w.x0 for w in windows}) > 1  # wider than the detector takes: cut across
 
 
 @pytest.mark.parametrize("size", [(7700, 7700), (20000, 10), (10, 20000), (4001, 900)])
@@ -71,8 +91,8 @@ def test_tiles_cover_the_page_with_overlap(size: tuple[int, int]) -> None:
 
 
 def test_padding_bounds_the_aspect_ratio() -> None:
-    assert tiles.padding(2000, 5, min_side=30) == (0, 495)
-    assert tiles.padding(5, 2000, min_side=30) == (495, 0)
+    assert tiles.padding(2000, 5, min_side=30) == (0, 245)
+    assert tiles.padding(5, 2000, min_side=30) == (245, 0)
     assert tiles.padding(800, 600, min_side=30) == (0, 0)
 
 
