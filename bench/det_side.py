@@ -147,14 +147,15 @@ def child(spec: str) -> None:
         return wrapper
 
     lines.detect = timed(lines.detect)  # type: ignore[method-assign]
-    model = lines._det  # type: ignore[attr-defined]
-    run_model = model.session
+    run_model = lines._det.session  # type: ignore[attr-defined]
 
     def counted(batch: Any) -> Any:
         spent[2] += batch.shape[-2] * batch.shape[-1]
         return run_model(batch)
 
-    model.session = counted
+    # The page's own detector and its copy for windows at detection scale share the session.
+    for model in (lines._det, lines._window_det):  # type: ignore[attr-defined]
+        model.session = counted
     page_path.process_image(1, Image.new("RGB", (400, 200), "white"), toolkit)
     loaded_mb = _peak_mb()
     print(json.dumps({"ready": spec, "loaded_mb": loaded_mb}), file=out)
