@@ -213,3 +213,26 @@ def test_strips_of_extreme_aspect_ratio_are_detected(
         assert len(regions) >= 1
         first = min(regions, key=lambda r: r.bbox.x0).bbox
         assert first.x0 <= ink[0] + 6 and first.y0 <= ink[1] + 6 and first.y1 >= ink[3] - 6
+
+
+def test_bands_find_the_lines_a_whole_pass_finds(detector: RapidDetector) -> None:
+    """A narrow page (its short side under 736 px, which the detector scales up) read in
+    bands at the detector's own scale finds the lines a whole pass finds, where they are."""
+    page = Image.new("RGB", (520, 1500), "white")
+    draw, face = ImageDraw.Draw(page), ImageFont.truetype(FONT, 22)
+    for n in range(22):
+        draw.text(
+            (24, 30 + 64 * n),
+            f"{n + 1:02d} Item number {7 * n + 3} at 4.{n:02d}",
+            fill="black",
+            font=face,
+        )
+    assert detector.plan(*page.size).method == "tiles"
+    whole = RapidDetector(threads=1)
+    whole._max_pixels = 10**9  # one window, as rapidocr reads a page
+    assert whole.plan(*page.size).method == "whole"
+    seen, banded = whole.detect(page), detector.detect(page)
+    assert len(seen) == len(banded) == 22
+    for a, b in zip(seen, banded, strict=True):  # a band's edge shifts a box by a pixel or two
+        edges = zip(a.bbox.as_tuple(), b.bbox.as_tuple(), strict=True)
+        assert max(abs(u - v) for u, v in edges) <= 4
