@@ -42,7 +42,7 @@ from bench.corpus import REALDOCS, tagged_png  # noqa: E402
 from ocrfleet import client  # noqa: E402
 from ocrfleet.config import Settings  # noqa: E402
 from ocrfleet.db.migrate import upgrade  # noqa: E402
-from ocrfleet.memory import rss_mb  # noqa: E402
+from ocrfleet.memory import peak_mb, rss_mb  # noqa: E402
 
 SOURCES = [
     REALDOCS / "tesseract_test" / "phototest.tif",
@@ -79,14 +79,6 @@ def tree(pid: int) -> list[int]:
                 with suppress(OSError):
                     todo += [int(c) for c in (task / "children").read_text().split()]
     return found
-
-
-def peak_mb(pid: int) -> float:
-    """The process's peak resident memory since the last call (`VmHWM`, then reset)."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    peak = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return peak / 1024
 
 
 def pages_done(database_url: str) -> int:

@@ -18,7 +18,7 @@ from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["PeakRss", "release_memory", "rss_mb", "tree_rss_mb"]
+__all__ = ["PeakRss", "peak_mb", "release_memory", "rss_mb", "tree_rss_mb"]
 
 
 @lru_cache(maxsize=1)
@@ -40,15 +40,28 @@ def release_memory() -> None:
         libc.malloc_trim(0)
 
 
-def rss_mb(pid: int | str = "self") -> float:
-    """Resident memory of one process in MB (0.0 once it is gone)."""
+def _status_mb(pid: int | str, field: str) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
     return 0.0
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    """Resident memory of one process in MB (0.0 once it is gone)."""
+    return _status_mb(pid, "VmRSS")
+
+
+def peak_mb(pid: int | str = "self") -> float:
+    """One process's peak resident memory in MB since the last call (`VmHWM`, then reset
+    to its current RSS: the kernel's own counter, so no peak between samples is missed)."""
+    peak = _status_mb(pid, "VmHWM")
+    with suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return peak
 
 
 def _children(pid: int) -> list[int]:

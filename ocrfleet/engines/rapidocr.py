@@ -193,6 +193,7 @@ def _det_params(root: DictConfig) -> dict[str, Any]:
     params["tiles"] = {
         "min_scale": tiles.MIN_SCALE,
         "max_pixels": tiles.MAX_PIXELS,
+        "min_window": tiles.MIN_WINDOW,
         "seam_margin": SEAM_MARGIN,
         "overlap": tiles.OVERLAP,
         "max_aspect": tiles.MAX_ASPECT,
@@ -313,10 +314,6 @@ class RapidDetector:
         )
 
     def detect(self, page: Image.Image) -> list[ir.Region]:
-        # The heap goes back to the system before each detector call: the activations
-        # are mapped afresh, so what the page's earlier stages (and the previous band)
-        # freed would otherwise add to the detector's peak instead of being reused.
-        release_memory()
         original = _to_bgr(page)
         plan, windows = self._plan(page.width, page.height)
         if plan.method == "whole" and not self._odd_shape(page.width, page.height, plan.scale):
@@ -326,7 +323,6 @@ class RapidDetector:
             del original
             found = []
             for index, window in enumerate(windows):
-                release_memory()
                 for bbox, score in self._detect_window(scaled, window, ratio_x, ratio_y):
                     found.append((index, bbox, score))
         regions = []
@@ -380,19 +376,19 @@ class RapidDetector:
         """rapidocr's page preprocessing and detector on one BGR array, or with `native` the
         detector alone on a window at detection scale: boxes in its pixels."""
         height, width = image.shape[:2]
-        if native:
-            img, record, det = (
-                image,
-                {"preprocess": {"ratio_h": 1.0, "ratio_w": 1.0}},
-                self._window_det,
-            )
-        else:
+        record: dict[str, Any] = {"preprocess": {"ratio_h": 1.0, "ratio_w": 1.0}}
+        img, det = image, self._window_det
+        if not native:
             img, ratio_h, ratio_w = resize_image_within_bounds(
                 image, self._min_side, self._max_side
             )
             record = {"preprocess": {"ratio_h": ratio_h, "ratio_w": ratio_w}}
             img, record = apply_vertical_padding(img, record, self._pad_ratio, self._pad_min_h)
             det = self._det
+        # The heap goes back to the system before each detector call: its activations are
+        # mapped afresh, so what the page's earlier stages (and the previous band) freed
+        # would otherwise add to the detector's peak instead of being reused.
+        release_memory()
         result = det(img)
         if result.boxes is None or len(result.boxes) == 0:
             return []
