@@ -10,11 +10,13 @@ accepts (`MAX_ASPECT`).
 
 A detector's memory grows with its input's area (RapidOCR's DB under onnxruntime: ~250 MB
 per megapixel on the first call of an input shape, ~160 MB on later ones), so no window
-holds more than `max_pixels` at detection scale: a page over it is cut into overlapping
-windows, as wide as the detector takes (full-width bands on ordinary pages, so no line is
-cut across its length). Detection scale is the scale the detector would read the whole page
-at, its own upscaling of a short side under `min_short` included, so a band is read on the
-pixels a whole-page pass would see, however low it is.
+holds more than `max_pixels` at detection scale: a page over it is cut into the fewest
+overlapping windows under that budget, all of one size, no wider than the detector takes
+(full-width bands on ordinary pages, so no line is cut across its length). Windows of one
+size share OVERLAP and no more: the page's area is read once, plus one overlap per seam.
+Detection scale is the scale the detector would read the whole page at, its own upscaling
+of a short side under `min_short` included, so a band is read on the pixels a whole-page
+pass would see, however low it is.
 
 A line cut at a window's edge is seen whole by the neighbour that overlaps it, so the cut
 piece is dropped (`seam_slivers`); where one window joins what another sees as boxes side by
@@ -40,6 +42,7 @@ MAX_ASPECT = 8  # windows are padded to at most this long-to-short ratio (rapido
 SAME_TEXT = 0.5  # share of the smaller box inside the other: the same text seen twice
 SAME_LINE = 0.6  # share of the lower box's height two side-by-side boxes share: one line
 OVERLAP_X = 24  # px two pieces of a split line may overlap (the detector widens its boxes)
+EPSILON = 1e-9  # float slack in a window count, so an exact fit takes no extra window
 
 
 def plan(
@@ -67,9 +70,9 @@ def plan(
         whole = ir.BBox(x0=0, y0=0, x1=width, y1=height)
         return ir.DetectionPlan(method="whole", scale=scale, windows=1), [whole]
     scale *= up
-    across = min(width * scale, max_side)
+    across = _equal(width * scale, max_side)
     rows = max(MIN_WINDOW, across / MAX_ASPECT, max_pixels / across)
-    down = min(height * scale, max_side, rows)
+    down = _equal(height * scale, min(max_side, rows))
     overlap = OVERLAP / scale
     xs = _starts(width, across / scale, overlap)
     ys = _starts(height, down / scale, overlap)
@@ -82,11 +85,21 @@ def plan(
     return ir.DetectionPlan(method="tiles", scale=scale, windows=len(windows)), windows
 
 
+def _equal(length: float, most: float) -> float:
+    """The size of the fewest windows of at most `most` that cover `length` with OVERLAP
+    between neighbours, all of one size: cut to that size, no two windows share more than
+    OVERLAP, where windows of the largest size would each read more of their neighbours."""
+    if length <= most:
+        return length
+    count = math.ceil((length - OVERLAP) / (most - OVERLAP) - EPSILON)
+    return (length + (count - 1) * OVERLAP) / count
+
+
 def _starts(length: int, size: float, overlap: float) -> list[int]:
     """Window starts covering 0..length with windows of `size` overlapping by >= `overlap`."""
-    if length <= size:
+    count = math.ceil((length - size) / (size - overlap) - EPSILON) + 1
+    if count <= 1:
         return [0]
-    count = math.ceil((length - size) / (size - overlap)) + 1
     step = (length - size) / (count - 1)
     return [round(i * step) for i in range(count)]
 

@@ -50,10 +50,21 @@ def test_a_page_over_the_pixel_budget_is_read_in_full_width_bands(size: tuple[in
     for window in windows:
         assert (window.x0, window.x1) == (0, width)  # no line is cut along its length
         assert window.width * window.height * scale**2 <= tiles.MAX_PIXELS * 1.01
-        assert window.height * scale >= tiles.MIN_WINDOW
     assert (windows[0].y0, windows[-1].y1) == (0, height)
     for top, bottom in itertools.pairwise(windows):
-        assert (top.y1 - bottom.y0) * scale >= tiles.OVERLAP - 1
+        # Bands of one size share OVERLAP and no more: no band reads more of its neighbours.
+        assert tiles.OVERLAP - 1 <= (top.y1 - bottom.y0) * scale <= tiles.OVERLAP + 2
+    # The fewest bands: one fewer, at the largest size, would not cover the page.
+    band = max(tiles.MIN_WINDOW, tiles.MAX_PIXELS / (width * scale))
+    fewer = len(windows) - 1
+    assert fewer * band - (fewer - 1) * tiles.OVERLAP < height * scale
+
+
+def test_a_page_the_detector_takes_across_is_one_column_of_bands() -> None:
+    """A width the scale maps back to itself only up to float error is not cut across."""
+    plan, windows = tiles.plan(1000, 650, 2000, 30, min_short=736)
+    assert plan.method == "tiles" and plan.scale == pytest.approx(736 / 650)
+    assert [(w.x0, w.x1) for w in windows] == [(0, 1000), (0, 1000)]
 
 
 def test_bands_keep_the_detectors_own_scaling_of_a_short_side() -> None:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 import threading
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import matplotlib
 import numpy as np
-from matplotlib.font_manager import FontProperties
-from matplotlib.mathtext import MathTextParser
 from PIL import Image
 
 from ocrfleet.scorers.render.bounds import Box
 from ocrfleet.scorers.render.errors import RenderError
+
+if TYPE_CHECKING:
+    from matplotlib.mathtext import MathTextParser
 
 # Formula size (pt = px at 72 dpi) of the measuring pass; the drawing pass scales from it.
 MEASURE_SIZE = 48.0
@@ -38,7 +40,15 @@ _PINNED_KEYS = (
     "mathtext.fontset",
 )
 _LOCK = threading.Lock()
-_PARSER = MathTextParser("agg")
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MathTextParser:
+    """matplotlib is imported on the first formula: it adds ~18 MB to every worker that
+    never draws one."""
+    from matplotlib.mathtext import MathTextParser
+
+    return MathTextParser("agg")
 
 
 def latex_body(text: str) -> str:
@@ -60,11 +70,15 @@ def latex_body(text: str) -> str:
 
 def _raster(body: str, size: float) -> np.ndarray:
     """Coverage (0 = paper, 255 = ink) of the formula at `size` px."""
+    import matplotlib
+    from matplotlib.font_manager import FontProperties
+
+    parser = _parser()
     prop = FontProperties(size=size, math_fontfamily=MATH_FONTFAMILY)
     pinned = {key: matplotlib.rcParamsDefault[key] for key in _PINNED_KEYS}
     with _LOCK, matplotlib.rc_context(pinned):
         try:
-            parsed = _PARSER.parse(f"${body}$", dpi=72, prop=prop, antialiased=True)
+            parsed = parser.parse(f"${body}$", dpi=72, prop=prop, antialiased=True)
         except Exception as error:  # mathtext raises ValueError, and worse on odd input
             reason = str(error).strip().splitlines()
             raise RenderError(

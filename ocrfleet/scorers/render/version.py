@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from importlib.metadata import version
 from pathlib import Path
 
-import matplotlib
 import PIL
 from PIL import features
 
@@ -20,7 +20,7 @@ def _version(path: Path) -> str:
     return (
         f"render{RENDERER_MANUAL_VERSION}"
         f"+font-{font_sha256(path)[:16]}"
-        f"+mpl-{matplotlib.__version__}"
+        f"+mpl-{version('matplotlib')}"
         f"+pil-{PIL.__version__}"
         f"+ft-{features.version('freetype2')}"
     )
