@@ -66,8 +66,9 @@ def process_image(
         regions, candidates = textlayer.reading(text_layer)
     else:
         image, orientation = _upright(image, toolkit)
-        regions = detect_regions(image, toolkit.detector)
         release_memory()  # each stage's peak on its own, not on what the last one freed
+        regions = detect_regions(image, toolkit.detector)
+        release_memory()
         candidates = recognise(
             image,
             regions,
