@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ocrfleet.config import Settings
 from ocrfleet.errors import ConfigError
@@ -21,8 +22,11 @@ from ocrfleet.storage.base import (
 )
 from ocrfleet.storage.keys import join_key, validate_key, validate_prefix
 from ocrfleet.storage.local import LocalStore, file_uri_to_path
-from ocrfleet.storage.s3 import S3Store, parse_s3_uri
+from ocrfleet.storage.s3_uris import parse_s3_uri
 from ocrfleet.storage.sources import SourceRefused, fleet_may_read
+
+if TYPE_CHECKING:
+    from ocrfleet.storage.s3 import S3Store
 
 __all__ = [
     "AccessDenied",
@@ -42,6 +46,15 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """`S3Store` is imported on first use: boto3 costs ~11 MB in a process on a local store."""
+    if name == "S3Store":
+        from ocrfleet.storage.s3 import S3Store
+
+        return S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def open_store(settings: Settings, url: str | None = None) -> ObjectStore:
     """The store at `url` (default `settings.store_url`). Open once and reuse: S3 stores keep
     their client."""
@@ -49,6 +62,8 @@ def open_store(settings: Settings, url: str | None = None) -> ObjectStore:
     if url.startswith("file://"):
         return LocalStore(url)
     if url.startswith("s3://"):
+        from ocrfleet.storage.s3 import S3Store
+
         return S3Store(url, settings)
     raise ConfigError(
         f"unsupported store URL {url!r}: use file://./dir, file:///abs/dir or s3://bucket/prefix"
@@ -65,6 +80,8 @@ def _bucket_store(bucket: str, settings: Settings) -> S3Store:
     with _bucket_stores_lock:
         store = _bucket_stores.get(cache_key)
         if store is None:
+            from ocrfleet.storage.s3 import S3Store
+
             store = _bucket_stores[cache_key] = S3Store(f"s3://{bucket}", settings)
         return store
 

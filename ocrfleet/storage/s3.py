@@ -13,7 +13,6 @@ import functools
 import logging
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -44,9 +43,7 @@ from ocrfleet.storage.base import (
     TransientStorageError,
 )
 from ocrfleet.storage.keys import MAX_KEY_BYTES, validate_key, validate_prefix
-
-SCHEME = "s3://"
-_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+from ocrfleet.storage.s3_uris import SCHEME, parse_s3_uri
 
 NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 DENIED_CODES = frozenset(
@@ -88,16 +85,6 @@ _TRANSIENT_EXCEPTIONS = (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """`s3://bucket/some/key` -> ("bucket", "some/key"); the key part may be ''."""
-    if not uri.startswith(SCHEME):
-        raise ValueError(f"not an s3:// URI: {uri!r}")
-    bucket, _, key = uri[len(SCHEME) :].partition("/")
-    if not _BUCKET.fullmatch(bucket):
-        raise ValueError(f"s3:// URI has no valid bucket name: {uri!r}")
-    return bucket, key
 
 
 def _classify(exc: Exception, what: str) -> StorageError | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ocrfleet.config import Settings
 from ocrfleet.storage.base import AccessDenied, InvalidKey
 from ocrfleet.storage.keys import validate_key
-from ocrfleet.storage.s3 import SCHEME, parse_s3_uri
+from ocrfleet.storage.s3_uris import SCHEME, parse_s3_uri
 
 TENANT = "{tenant}"
 INTAKE = "intake"

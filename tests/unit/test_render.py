@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -148,22 +146,6 @@ def test_valid_latex_renders_inside_its_box() -> None:
     assert (x1 - x0) >= 0.8 * (box[2] - box[0]) or (y1 - y0) >= 0.8 * (box[3] - box[1])
     other = render(r"E = mc^3 + \int_0^1 \sqrt{x}\,dx", Category.formula, (300, 80), box)
     assert image.tobytes() != other.tobytes()
-
-
-def test_a_worker_that_draws_no_formula_never_loads_matplotlib() -> None:
-    """matplotlib costs every worker ~18 MB; only a formula needs it."""
-    code = (
-        "import sys\n"
-        "import ocrfleet.pipeline.page\n"
-        "from ocrfleet.scorers.render import renderer_version\n"
-        "renderer_version()\n"
-        "assert 'matplotlib' not in sys.modules, 'imported with the page path'\n"
-        "from ocrfleet.scorers.render.formula import latex_body\n"
-        "latex_body('$x^2$')\n"
-        "assert 'matplotlib' not in sys.modules, 'imported by latex_body'\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(
