@@ -18,4 +18,5 @@ export OMP_THREAD_LIMIT=1
 check_db="sqlite:///$(mktemp -d)/check.db"
 OCRFLEET_DATABASE_URL="$check_db" .venv/bin/ocrfleet db upgrade >/dev/null
 OCRFLEET_DATABASE_URL="$check_db" .venv/bin/ocrfleet db check
-.venv/bin/python -m pytest "$@"
+# The slowest tests are printed, so the suite can be kept inside its time budget.
+.venv/bin/python -m pytest --durations=30 "$@"
