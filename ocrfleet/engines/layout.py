@@ -45,7 +45,6 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.engines import base
-from ocrfleet.memory import release_memory
 from ocrfleet.pipeline.regions import reading_order, row_order
 
 log = logging.getLogger(__name__)
@@ -199,7 +198,6 @@ class LayoutDetector:
 
     def detect(self, page: Image.Image) -> list[ir.Region]:
         blocks = self.blocks(page)
-        release_memory()  # what the layout model freed, before the line detector's peak
         lines = self.lines.detect(page)  # type: ignore[attr-defined]
         return build_regions(blocks, lines, page.width * page.height)
 

@@ -72,7 +72,7 @@ def plan(
     scale *= up
     across = _equal(width * scale, max_side)
     rows = max(MIN_WINDOW, across / MAX_ASPECT, max_pixels / across)
-    down = _equal(height * scale, min(max_side, rows))
+    down = max(_equal(height * scale, min(max_side, rows)), min(MIN_WINDOW, height * scale))
     overlap = OVERLAP / scale
     xs = _starts(width, across / scale, overlap)
     ys = _starts(height, down / scale, overlap)
@@ -86,9 +86,8 @@ def plan(
 
 
 def _equal(length: float, most: float) -> float:
-    """The size of the fewest windows of at most `most` that cover `length` with OVERLAP
-    between neighbours, all of one size: cut to that size, no two windows share more than
-    OVERLAP, where windows of the largest size would each read more of their neighbours."""
+    """The window size that covers `length` with the fewest windows of at most `most`, all
+    of one size and sharing exactly OVERLAP with each neighbour."""
     if length <= most:
         return length
     count = math.ceil((length - OVERLAP) / (most - OVERLAP) - EPSILON)

@@ -55,6 +55,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _s3_store(url: str, settings: Settings) -> S3Store:
+    from ocrfleet.storage.s3 import S3Store
+
+    return S3Store(url, settings)
+
+
 def open_store(settings: Settings, url: str | None = None) -> ObjectStore:
     """The store at `url` (default `settings.store_url`). Open once and reuse: S3 stores keep
     their client."""
@@ -62,9 +68,7 @@ def open_store(settings: Settings, url: str | None = None) -> ObjectStore:
     if url.startswith("file://"):
         return LocalStore(url)
     if url.startswith("s3://"):
-        from ocrfleet.storage.s3 import S3Store
-
-        return S3Store(url, settings)
+        return _s3_store(url, settings)
     raise ConfigError(
         f"unsupported store URL {url!r}: use file://./dir, file:///abs/dir or s3://bucket/prefix"
     )
@@ -80,9 +84,7 @@ def _bucket_store(bucket: str, settings: Settings) -> S3Store:
     with _bucket_stores_lock:
         store = _bucket_stores.get(cache_key)
         if store is None:
-            from ocrfleet.storage.s3 import S3Store
-
-            store = _bucket_stores[cache_key] = S3Store(f"s3://{bucket}", settings)
+            store = _bucket_stores[cache_key] = _s3_store(f"s3://{bucket}", settings)
         return store
 
 

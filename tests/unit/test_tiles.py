@@ -50,6 +50,7 @@ def test_a_page_over_the_pixel_budget_is_read_in_full_width_bands(size: tuple[in
     for window in windows:
         assert (window.x0, window.x1) == (0, width)  # no line is cut along its length
         assert window.width * window.height * scale**2 <= tiles.MAX_PIXELS * 1.01
+        assert window.height * scale >= tiles.MIN_WINDOW
     assert (windows[0].y0, windows[-1].y1) == (0, height)
     for top, bottom in itertools.pairwise(windows):
         # Bands of one size share OVERLAP and no more: no band reads more of its neighbours.
