@@ -23,6 +23,7 @@ from ocrfleet.config import Settings
 from ocrfleet.engines import describe_engines, load_recognisers
 from ocrfleet.engines.easyocr import (
     MODEL_MD5,
+    WIDTH_BUDGET,
     EasyOCRRecogniser,
     ModelFileError,
     default_model_path,
@@ -75,6 +76,28 @@ def test_a_reading_does_not_depend_on_its_batch(easy) -> None:
     ctc.RECENT.clear()
     alone = easy.posteriors([crops[5]])[0]
     np.testing.assert_allclose(alone.log_probs, together[5].log_probs, atol=1e-4)
+
+
+def test_a_model_call_holds_at_most_the_width_budget(easy, monkeypatch) -> None:
+    # A call's memory grows with its columns: crops share a call up to the budget, and a
+    # crop wider than the budget is read alone.
+    lines = [crop for crop, _ in uw3_lines(8)]
+    short = [line.crop((0, 0, line.height * 3, line.height)) for line in lines]
+    crops = lines + short
+    assert max(padded_width(c) for c in crops) > WIDTH_BUDGET
+    session, shapes = easy._session, []
+
+    class Recorded:
+        def run(self, names, feeds):
+            shapes.append(feeds["image"].shape)
+            return session.run(names, feeds)
+
+    monkeypatch.setattr(easy, "_session", Recorded())
+    ctc.RECENT.clear()
+    assert len(easy.posteriors(crops)) == len(crops)
+    assert sum(shape[0] for shape in shapes) == len(crops)
+    assert all(n == 1 or n * width <= WIDTH_BUDGET for n, _, _, width in shapes), shapes
+    assert any(n > 1 for n, *_ in shapes), shapes
 
 
 def test_odd_crops_are_read_and_bounded(easy) -> None:
