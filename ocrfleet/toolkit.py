@@ -45,9 +45,11 @@ class Toolkit:
 
 def load_toolkit(settings: Settings) -> Toolkit:
     from ocrfleet.engines import load_detector, load_recognisers
+    from ocrfleet.memory import bound_heap
     from ocrfleet.pipeline.orient import OrientationClassifier
     from ocrfleet.scorers import load_scorer
 
+    bound_heap()
     recognisers = load_recognisers(settings)
     return Toolkit(
         settings=settings,
