@@ -11,8 +11,8 @@ heap, and the holes they leave between small live objects make it grow. On reald
 olmOCR pages recognition peaked 230-520 MB over the process's base in some runs and not in
 others. `bound_heap` fixes the threshold at `MMAP_THRESHOLD`: a block that large is mapped
 and unmapped on its own, so a stage's peak is what it holds. Measured in process on 9 pages
-(2 runs each): the highest stage peak 406-462 MB against 480-808 MB, for 7-12% more time in
-the models (page faults on fresh mappings).
+(2 runs each): the highest stage peak 407-440 MB against 480-808 MB, for +11-15% time in
+recognition and +5-8% in line detection (page faults on fresh mappings).
 """
 
 from __future__ import annotations

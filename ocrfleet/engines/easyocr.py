@@ -78,7 +78,7 @@ HEIGHT = 64
 MAX_RATIO = 64  # wider crops are squeezed to this width-to-height ratio (4096 px)
 # Crops per model call are capped so that one call's input stays under this many columns (a
 # wider crop is read alone). A call's memory grows with its columns: on 138 realdocs lines the
-# process peaked 155-245 MB over its base at 4,096 columns a call and 40-55 MB at 1,024, with
+# process peaked 155-244 MB over its base at 4,096 columns a call and 37-49 MB at 1,024, with
 # the same output. Larger batches are no faster per crop on a CPU (3.5 s for those lines at
 # 1,024 columns, 3.1-3.4 s at 4,096; 0.054-0.060 s per 512 px crop at 1 to 16 crops a call).
 WIDTH_BUDGET = 1024
