@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from ocrfleet.config import Settings
-from ocrfleet.memory import PeakRss, release_memory, rss_mb, tree_rss_mb
+from ocrfleet.memory import PeakRss, rss_mb, tree_rss_mb
 from ocrfleet.parallel import available_cpus, worker_settings
 
 SETTINGS = Settings(_env_file=None)  # type: ignore[call-arg]
@@ -31,17 +31,3 @@ def test_the_peak_counts_a_child_holding_memory() -> None:
         assert tree_rss_mb() >= rss_mb() + 300
         child.wait(timeout=30)
     assert peak.peak_mb >= 300
-
-
-def test_release_memory_gives_freed_heap_back() -> None:
-    """Freed blocks between live ones (a page's buffers between the models' allocations)
-    stay resident until the heap is trimmed: glibc only returns its top by itself."""
-    blocks, live = [], []
-    for _ in range(3000):  # ~190 MB in heap-sized pieces, each followed by a live one
-        blocks.append(bytearray(64 << 10))
-        live.append(bytearray(600))
-    del blocks
-    before = rss_mb()
-    release_memory()
-    assert rss_mb() < before - 100
-    assert len(live) == 3000
