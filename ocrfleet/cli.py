@@ -585,8 +585,20 @@ def gc(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The console script: every failure is one line on stderr and an exit code."""
+    """The console script: every failure is one line on stderr and an exit code. `run`
+    reads pages in this process, so it first starts itself again with glibc's huge pages
+    on (`memory.huge_pages_env`: a tunable read only at process start)."""
+    if argv is None and sys.argv[1:2] == ["run"]:
+        _restart_with_huge_pages()
     sys.exit(run_command(argv))
+
+
+def _restart_with_huge_pages() -> None:
+    from ocrfleet.memory import huge_pages_env
+
+    env = huge_pages_env(os.environ)
+    if env != dict(os.environ):
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
 def run_command(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ocrfleet.memory import huge_pages_env
 from ocrfleet.tasks import routing
 from ocrfleet.tasks.control import ControlChannel
 from ocrfleet.tasks.devices import Device, thread_share
@@ -269,7 +270,7 @@ class Supervisor:
 
     # -- children --------------------------------------------------------------------
     def _start(self, child: _Child) -> None:
-        env = {**os.environ, **child.spec.env}
+        env = huge_pages_env({**os.environ, **child.spec.env})
         if "PROMETHEUS_MULTIPROC_DIR" in child.spec.env:  # counters restart with the process
             _wipe(child.spec.env["PROMETHEUS_MULTIPROC_DIR"])
         child.proc = subprocess.Popen(
