@@ -16,6 +16,7 @@ from typing import TypeVar
 import pytest
 
 from ocrfleet import client
+from ocrfleet.memory import HUGE_PAGES
 from ocrfleet.tasks.app import create_app
 from tests.integration.fleet_helpers import (
     Workers,
@@ -82,6 +83,9 @@ def test_launcher_pins_restarts_and_drains(
         assert f"gpu{device}@%h".encode() in cmdline
         pool = eventually(lambda pid=pid: descendants(pid), 120, f"the pool of gpu{device}")
         assert {environ_of(child)["CUDA_VISIBLE_DEVICES"] for child in pool} == {device}
+        # glibc reads its tunables at start: the worker runs the models on huge pages.
+        tunables = {environ_of(p).get("GLIBC_TUNABLES", "") for p in [pid, *pool]}
+        assert all(HUGE_PAGES in t for t in tunables), tunables
     app = create_app(settings)
     host = socket.gethostname()
     eventually(
