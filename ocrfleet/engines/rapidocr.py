@@ -200,6 +200,7 @@ def _det_params(root: DictConfig) -> dict[str, Any]:
         "same_text": tiles.SAME_TEXT,
         "same_line": tiles.SAME_LINE,
         "overlap_x": tiles.OVERLAP_X,
+        "sliver_rule": tiles.SLIVER_RULE,
     }
     return json.loads(json.dumps(params, default=list))
 

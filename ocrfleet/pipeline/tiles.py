@@ -43,6 +43,9 @@ SAME_TEXT = 0.5  # share of the smaller box inside the other: the same text seen
 SAME_LINE = 0.6  # share of the lower box's height two side-by-side boxes share: one line
 OVERLAP_X = 24  # px two pieces of a split line may overlap (the detector widens its boxes)
 EPSILON = 1e-9  # float slack in a window count, so an exact fit takes no extra window
+# The revision of `seam_slivers`'s rule, in the detector's version (2: a piece its neighbour
+# cannot see whole is kept)
+SLIVER_RULE = 2
 
 
 def plan(
@@ -118,19 +121,21 @@ def seam_slivers(
     a box that touches (within `margin` page pixels) an edge of its window that another
     window overlaps, with its centre past the middle of that overlap. A line cut at a
     seam leaves such a sliver, and a sliver a few pixels high would otherwise be merged
-    with the next line as "one line cut at a window edge". A box taller than the overlap,
-    cut in every window, keeps its pieces (its centre is inside one of them), and `merge`
-    joins them."""
-    cores = _cores(windows)
+    with the next line as "one line cut at a window edge". A box the neighbour cannot see
+    whole, because it reaches that neighbour's far edge too (a line longer than the
+    overlap, cut by both columns; a box taller than the overlap, cut by both bands), keeps
+    its pieces, and `merge` joins them."""
+    cores, reaches = _cores(windows), _reaches(windows)
     kept = []
     for index, box, score in found:
         window, core = windows[index], cores[index]
+        left, top, right, bottom = reaches[index]
         cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
         cut = (
-            (box.x0 <= window.x0 + margin and core.x0 > window.x0 and cx < core.x0)
-            or (box.x1 >= window.x1 - margin and core.x1 < window.x1 and cx > core.x1)
-            or (box.y0 <= window.y0 + margin and core.y0 > window.y0 and cy < core.y0)
-            or (box.y1 >= window.y1 - margin and core.y1 < window.y1 and cy > core.y1)
+            (box.x0 <= window.x0 + margin and cx < core.x0 and box.x1 < left - margin)
+            or (box.x1 >= window.x1 - margin and cx > core.x1 and box.x0 > right + margin)
+            or (box.y0 <= window.y0 + margin and cy < core.y0 and box.y1 < top - margin)
+            or (box.y1 >= window.y1 - margin and cy > core.y1 and box.y0 > bottom + margin)
         )
         if not cut:
             kept.append((index, box, score))
@@ -177,6 +182,32 @@ def _cores(windows: Sequence[ir.BBox]) -> list[ir.BBox]:
                 y1 = min(y1, (other.y0 + window.y1) // 2)
         cores.append(ir.BBox(x0=x0, y0=y0, x1=x1, y1=y1))
     return cores
+
+
+def _reaches(windows: Sequence[ir.BBox]) -> list[tuple[int, int, int, int]]:
+    """Per window, where the neighbour over each edge ends on the far side: x0 is the right
+    edge of the window overlapping its left edge, x1 the left edge of the one overlapping
+    its right edge (y0, y1 likewise; a middle window's x0 is right of its x1); the
+    window's own edge where no window overlaps it, so that no box is a sliver there. A box
+    cut at an edge is seen whole by that neighbour only if it ends short of this."""
+    reaches = []
+    for window in windows:
+        x0, y0, x1, y1 = window.x0, window.y0, window.x1, window.y1
+        for other in windows:
+            if other is window:
+                continue
+            rows = min(window.y1, other.y1) > max(window.y0, other.y0)
+            columns = min(window.x1, other.x1) > max(window.x0, other.x0)
+            if rows and other.x0 < window.x0 < other.x1 <= window.x1:
+                x0 = max(x0, other.x1)
+            if rows and window.x0 <= other.x0 < window.x1 < other.x1:
+                x1 = min(x1, other.x0)
+            if columns and other.y0 < window.y0 < other.y1 <= window.y1:
+                y0 = max(y0, other.y1)
+            if columns and window.y0 <= other.y0 < window.y1 < other.y1:
+                y1 = min(y1, other.y0)
+        reaches.append((x0, y0, x1, y1))
+    return reaches
 
 
 def merge(

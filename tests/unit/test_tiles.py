@@ -184,6 +184,30 @@ def test_a_line_cut_at_a_seam_is_kept_from_the_band_that_sees_it_whole() -> None
     ]
 
 
+def test_a_line_both_columns_cut_is_joined_whole() -> None:
+    # SROIE receipt 429 (4961 px wide: two columns at detection scale 0.5). Its address line
+    # runs past the left column's edge (2609) and starts left of the right column's core
+    # (its share of the overlap starts at 2480), so neither column sees it whole; the right
+    # column's piece was dropped as a sliver and the line read "...Johor Bahru,Joh".
+    left, right = box(0, 1229, 2609, 2100), box(2352, 1229, 4961, 2100)
+    found = [
+        (0, box(1786, 1720, 2609, 1808), 0.9),  # the line, cut at the left column's edge
+        (1, box(2289, 1726, 2670, 1810), 0.9),  # ... and its end, cut at the right's edge
+        (0, box(2025, 1801, 2419, 1884), 0.9),  # the next line, whole in the left column
+        (1, box(2289, 1801, 2421, 1884), 0.9),  # ... cut by the right column: a sliver
+    ]
+    kept = tiles.seam_slivers(found, [left, right], margin=8)
+    assert [f[1].as_tuple() for f in kept] == [
+        (1786, 1720, 2609, 1808),
+        (2289, 1726, 2670, 1810),
+        (2025, 1801, 2419, 1884),
+    ]
+    assert sorted(b.as_tuple() for b, _ in tiles.merge(kept, [left, right])) == [
+        (1786, 1720, 2670, 1810),
+        (2025, 1801, 2419, 1884),
+    ]
+
+
 @pytest.fixture(scope="module")
 def detector() -> RapidDetector:
     return RapidDetector(threads=1)
