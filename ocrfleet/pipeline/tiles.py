@@ -125,11 +125,10 @@ def seam_slivers(
     whole, because it reaches that neighbour's far edge too (a line longer than the
     overlap, cut by both columns; a box taller than the overlap, cut by both bands), keeps
     its pieces, and `merge` joins them."""
-    cores, reaches = _cores(windows), _reaches(windows)
+    shares = _shares(windows)
     kept = []
     for index, box, score in found:
-        window, core = windows[index], cores[index]
-        left, top, right, bottom = reaches[index]
+        window, (core, (left, top, right, bottom)) = windows[index], shares[index]
         cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
         cut = (
             (box.x0 <= window.x0 + margin and cx < core.x0 and box.x1 < left - margin)
@@ -161,53 +160,42 @@ def finer(found: Sequence[tuple[int, ir.BBox, float]]) -> list[tuple[int, ir.BBo
     return [f for i, f in enumerate(found) if i not in dropped]
 
 
-def _cores(windows: Sequence[ir.BBox]) -> list[ir.BBox]:
-    """Each window's share of the page: its box, with every edge another window overlaps
-    moved to the middle of that overlap."""
-    cores = []
-    for window in windows:
-        x0, y0, x1, y1 = window.x0, window.y0, window.x1, window.y1
-        for other in windows:
-            if other is window:
-                continue
-            rows = min(window.y1, other.y1) > max(window.y0, other.y0)
-            columns = min(window.x1, other.x1) > max(window.x0, other.x0)
-            if rows and other.x0 < window.x0 < other.x1 <= window.x1:
-                x0 = max(x0, (window.x0 + other.x1) // 2)
-            if rows and window.x0 <= other.x0 < window.x1 < other.x1:
-                x1 = min(x1, (other.x0 + window.x1) // 2)
-            if columns and other.y0 < window.y0 < other.y1 <= window.y1:
-                y0 = max(y0, (window.y0 + other.y1) // 2)
-            if columns and window.y0 <= other.y0 < window.y1 < other.y1:
-                y1 = min(y1, (other.y0 + window.y1) // 2)
-        cores.append(ir.BBox(x0=x0, y0=y0, x1=x1, y1=y1))
-    return cores
+def _shares(windows: Sequence[ir.BBox]) -> list[tuple[ir.BBox, tuple[int, int, int, int]]]:
+    """Per window, its core and its reach.
 
-
-def _reaches(windows: Sequence[ir.BBox]) -> list[tuple[int, int, int, int]]:
-    """Per window, where the neighbour over each edge ends on the far side: x0 is the right
-    edge of the window overlapping its left edge, x1 the left edge of the one overlapping
-    its right edge (y0, y1 likewise; a middle window's x0 is right of its x1); the
+    The core is the window's share of the page: its box, with every edge another window
+    overlaps moved to the middle of that overlap. The reach (left, top, right, bottom) says
+    where the neighbour over each edge ends on the far side: left is the right edge of the
+    window overlapping its left edge, right the left edge of the one overlapping its right
+    edge (top, bottom likewise; a middle window's left is right of its right), and the
     window's own edge where no window overlaps it, so that no box is a sliver there. A box
-    cut at an edge is seen whole by that neighbour only if it ends short of this."""
-    reaches = []
+    cut at an edge is seen whole by that neighbour only if it ends short of its reach."""
+    shares = []
     for window in windows:
-        x0, y0, x1, y1 = window.x0, window.y0, window.x1, window.y1
+        core = [window.x0, window.y0, window.x1, window.y1]
+        reach = list(core)
         for other in windows:
             if other is window:
                 continue
             rows = min(window.y1, other.y1) > max(window.y0, other.y0)
             columns = min(window.x1, other.x1) > max(window.x0, other.x0)
             if rows and other.x0 < window.x0 < other.x1 <= window.x1:
-                x0 = max(x0, other.x1)
+                core[0] = max(core[0], (window.x0 + other.x1) // 2)
+                reach[0] = max(reach[0], other.x1)
             if rows and window.x0 <= other.x0 < window.x1 < other.x1:
-                x1 = min(x1, other.x0)
+                core[2] = min(core[2], (other.x0 + window.x1) // 2)
+                reach[2] = min(reach[2], other.x0)
             if columns and other.y0 < window.y0 < other.y1 <= window.y1:
-                y0 = max(y0, other.y1)
+                core[1] = max(core[1], (window.y0 + other.y1) // 2)
+                reach[1] = max(reach[1], other.y1)
             if columns and window.y0 <= other.y0 < window.y1 < other.y1:
-                y1 = min(y1, other.y0)
-        reaches.append((x0, y0, x1, y1))
-    return reaches
+                core[3] = min(core[3], (other.y0 + window.y1) // 2)
+                reach[3] = min(reach[3], other.y0)
+        x0, y0, x1, y1 = core
+        shares.append(
+            (ir.BBox(x0=x0, y0=y0, x1=x1, y1=y1), (reach[0], reach[1], reach[2], reach[3]))
+        )
+    return shares
 
 
 def merge(
