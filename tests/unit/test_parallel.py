@@ -1,10 +1,12 @@
 """`ocrfleet run --jobs`: each worker's share of the cores, and the peak memory of a process
-tree (a real child process that holds memory)."""
+tree (a real child process that holds memory, counted once when it has not exec'd)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 from ocrfleet.config import Settings
 from ocrfleet.memory import PeakRss, rss_mb, tree_rss_mb
@@ -31,3 +33,25 @@ def test_the_peak_counts_a_child_holding_memory() -> None:
         assert tree_rss_mb() >= rss_mb() + 300
         child.wait(timeout=30)
     assert peak.peak_mb >= 300
+
+
+def test_a_child_that_has_not_exec_d_is_not_its_parents_memory_twice() -> None:
+    held = bytearray(300 << 20)
+    held[::4096] = b"x" * len(held[::4096])  # resident, and so in a forked child's RSS too
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: shares `held` copy-on-write until it exits, never execs
+        os.close(write_end)
+        os.read(read_end, 1)  # returns once the parent closes its end
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10
+        while rss_mb(pid) < 300 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rss_mb(pid) >= 300  # its own RSS counts the parent's pages
+        assert tree_rss_mb() < rss_mb() + 100
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    del held
