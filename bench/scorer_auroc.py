@@ -233,9 +233,9 @@ def shortcuts(
 ) -> None:
     """`score_against`'s stages on every real candidate as its region's sole candidate,
     with the shipped model: what each skips, and the accepted candidates it loses or gains
-    against the full score (the bounds are exact, so only the screen and the second stage's
-    predictions can change any). In-sample for the shipped trees: the weights file holds
-    the out-of-fold figures."""
+    against the full score (the bounds are exact, so only the early accept's, the screen's
+    and the second stage's predictions can change any). In-sample for the shipped trees:
+    the weights file holds the out-of-fold figures."""
     from ocrfleet.scorers.consensus import LAZY_READERS
     from ocrfleet.scorers.features import optimistic, pessimistic, rereads_for
 
@@ -253,9 +253,11 @@ def shortcuts(
                 continue
             rows, free = zip(*(optimistic(x0[i], engine) for i in m), strict=True)
             upper = platt(trees.upper_raw(np.vstack(rows), np.vstack(free)))
-            screen = calibration.screen.raw(x0[m]) < calibration.screen_cut(engine)
-            bounded = upper < limit
-            stage1 = bounded | screen
+            right0 = calibration.early_calibration(calibration.early.raw(x0[m]))
+            early0 = right0 >= max(calibration.early_threshold(engine), limit)
+            screen = ~early0 & (calibration.screen.raw(x0[m]) < calibration.screen_cut(engine))
+            bounded = ~early0 & (upper < limit)
+            stage1 = early0 | bounded | screen
             pending = [r for r in rereads_for(engine) if r in LAZY_READERS]
             lazy_up = np.full(m.size, np.inf)
             lazy_low = np.full(m.size, -np.inf)
@@ -273,7 +275,7 @@ def shortcuts(
             stage2 = exact2 | early_accept | early_review
             third = ~stage1 & ~stage2 & bool(pending)
             accept_full = full[m] >= limit
-            accept_path = (
+            accept_path = early0 | (
                 ~stage1
                 & ~early_review
                 & (early_accept | np.where(exact2, lazy_low >= limit, accept_full))
@@ -281,7 +283,8 @@ def shortcuts(
             lost = int((accept_full & ~accept_path).sum())
             gained = accept_path & ~accept_full
             print(
-                f"shortcuts {name}[{engine}]: {m.size} candidates, bounded {int(bounded.sum())}, "
+                f"shortcuts {name}[{engine}]: {m.size} candidates, accepted before any re-read "
+                f"{int(early0.sum())}, bounded {int(bounded.sum())}, "
                 f"screened {int((screen & ~bounded).sum())}, decided without {pending} "
                 f"{int(stage2.sum())} (exact {int(exact2.sum())}, predicted right "
                 f"{int(early_accept.sum())}, predicted not accepted {int(early_review.sum())}), "

@@ -33,7 +33,12 @@ Procedure (fixed seeds throughout, so the same rows give the same file byte for 
    without the lazy readers; where its log-odds are under the cut (the least of any
    candidate the full model accepts, out-of-fold: SCREEN_LOSS) it goes to review unread by
    them. The evidence is the whole path's, out-of-fold: accepted, precision and its bound;
-6. the shipped trees (all three) are fitted on all rows.
+6. the early accept: a fourth model, fitted on the features a candidate has before any
+   re-read (as the screen's), predicts whether it is right, with its own Platt map; where
+   its probability reaches its threshold (and the full one) the candidate is accepted
+   unread by anyone. The threshold is raised until the whole path (early accepts, then
+   step 5's) keeps the promise per engine group and set;
+7. the shipped trees (all four) are fitted on all rows.
 The weights file records the data hashes, the cross-validation AUROCs and every choice.
 """
 
@@ -481,6 +486,15 @@ class SecondStage:
     thresholds: dict[str, dict[str, float | None]]
     cuts: dict[str, float | None]
     evidence: dict
+    accepted: np.ndarray  # out of fold: what the path (second stage, then the full model) accepts
+
+
+def _lowest_keeping(prob: np.ndarray, start: float, keeps: Callable[[float], bool]) -> float | None:
+    """The lowest of `prob`'s values at or over `start` at which `keeps(value)` holds (the
+    path with early accepts at that value keeps the promise); None if none does."""
+    return next(
+        (round(float(v), 8) for v in np.unique(prob[prob >= start]) if keeps(float(v))), None
+    )
 
 
 def _second_path(
@@ -541,15 +555,12 @@ def fit_second_stage(
         first = thresholds[group]["text"]
         value = None
         if first is not None and full is not None:
-            value = next(
-                (
-                    round(float(v), 8)
-                    for v in np.unique(p_g[p_g >= first])
-                    if _keeps_promise(
-                        _second_path(p_g, raw_g, full_g, max(v, full))[3], y_g, sets_g
-                    )
+            value = _lowest_keeping(
+                p_g,
+                first,
+                lambda v, p_g=p_g, raw_g=raw_g, full_g=full_g, y_g=y_g, sets_g=sets_g, full=full: (
+                    _keeps_promise(_second_path(p_g, raw_g, full_g, max(v, full))[3], y_g, sets_g)
                 ),
-                None,
             )
         thresholds[group]["text"] = value
         if value != first:
@@ -582,6 +593,87 @@ def fit_second_stage(
     return SecondStage(
         fit_trees(x1, y), platt, thresholds, cuts,
         {"threshold_evidence": threshold_evidence, "by_set": by_set, "lazy": list(LAZY_READERS)},
+        path,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EarlyStage:
+    """The early accept's fitted parts and its out-of-fold evidence."""
+
+    model: Any
+    platt: Any
+    thresholds: dict[str, float | None]
+    evidence: dict
+
+
+def fit_early_stage(
+    x0: np.ndarray,
+    y: np.ndarray,
+    docs: Sequence[str],
+    sets: Sequence[str],
+    engines: Sequence[str],
+    later: np.ndarray,
+    full_thresholds: dict[str, dict[str, float | None]],
+) -> EarlyStage:
+    """Step 6 of the procedure. `later`: what the rest of the path (the second stage, then
+    the full model) accepts, out of fold. The threshold per engine group starts as the full
+    model's are chosen (step 3) and is raised until the whole path, early accepts first,
+    keeps the promise; the evidence counts, per group and set, the candidates, those
+    accepted before any re-read, and what the path accepts with and without them."""
+    from ocrfleet.thresholds import clopper_pearson
+
+    raw = out_of_fold(x0, y, docs)
+    platt = fit_platt(raw, y)
+    prob = platt(raw)
+    chosen, threshold_evidence = choose_thresholds(prob, y, engines, sets)
+    sets_arr = np.array(sets)
+    groups_arr = np.array([engine_group(e) for e in engines])
+    early = np.zeros(len(y), dtype=bool)
+    thresholds: dict[str, float | None] = {}
+    for group in (*ENGINES, OTHER_ENGINE):
+        mine = groups_arr == group
+        p_g, y_g, sets_g, later_g = prob[mine], y[mine], sets_arr[mine], later[mine]
+        first, full = chosen[group]["text"], full_thresholds[group]["text"]
+        value = None
+        if first is not None and full is not None:
+            value = _lowest_keeping(
+                p_g,
+                first,
+                lambda v, p_g=p_g, y_g=y_g, sets_g=sets_g, later_g=later_g, full=full: (
+                    _keeps_promise((p_g >= max(v, full)) | later_g, y_g, sets_g)
+                ),
+            )
+        thresholds[group] = value
+        if value != first:
+            threshold_evidence[group]["raised_to"] = value
+        if value is not None:
+            early[mine] = p_g >= max(value, full)
+        path = (early | later) & mine
+        k, n = int((path & y).sum()), int(path.sum())
+        threshold_evidence[group]["path"] = {
+            "accepted": n,
+            "precision": round(k / n, 6) if n else None,
+            "lower_bound_95": round(clopper_pearson(k, n)[0], 6) if n else None,
+        }
+    path = early | later
+    by_set = {
+        group: {
+            str(name): {
+                "candidates": int((m := (groups_arr == group) & (sets_arr == name)).sum()),
+                "accepted_early": int((early & m).sum()),
+                "accepted_later": int((later & m).sum()),
+                "right_later": int((later & m & y).sum()),
+                "accepted_path": int((path & m).sum()),
+                "right_path": int((path & m & y).sum()),
+            }
+            for name in sorted(set(sets_arr[groups_arr == group]))
+        }
+        for group in (*ENGINES, OTHER_ENGINE)
+    }
+    return EarlyStage(
+        fit_trees(x0, y), platt, thresholds,
+        {"threshold_evidence": threshold_evidence, "by_set": by_set},
     )  # fmt: skip
 
 
@@ -646,8 +738,11 @@ def choose_margin(prob: np.ndarray, ex: Examples, ok: np.ndarray) -> tuple[float
     return 1.0, report[MARGINS[-1]]
 
 
-def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
-    """Fit on `rows`, write the weights file to `out`, return its document."""
+def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH, keep: dict | None = None) -> dict:
+    """Fit on `rows`, write the weights file to `out`, return its document. With `keep` (a
+    weights document), every stage is fitted as usual but only the early accept is written,
+    into `keep` with its other stages unchanged: the early threshold is held to `keep`'s
+    thresholds, and the path it is raised for is the one fitted here (out of fold)."""
     from ocrfleet.scorers.model import trees_from_sklearn
     from ocrfleet.thresholds import auroc
 
@@ -686,8 +781,28 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
         x1[ok], y[ok], kept_docs, [s for s, k in zip(ex.sets, ok, strict=True) if k],
         ok_engines, prob[ok], thresholds,
     )  # fmt: skip
-    final = trees_from_sklearn(fit_trees(x[ok], y[ok]))
+    early = fit_early_stage(
+        x0[ok], y[ok], kept_docs, [s for s, k in zip(ex.sets, ok, strict=True) if k],
+        ok_engines, second.accepted, thresholds if keep is None else keep["thresholds"],
+    )  # fmt: skip
+    early_document = {
+        "trees": trees_from_sklearn(early.model).to_json(),
+        "calibration": early.platt.to_json(),
+        "thresholds": early.thresholds,
+    }
     row_hashes = {name: rows_sha256([r for r in rows if r.set == name]) for name in sets}
+    if keep is not None:
+        early.evidence["rows_sha256"] = row_hashes
+        early.evidence["data_sha256"] = data_sha256(x0[ok], y[ok], kept_docs)
+        document = {
+            **keep,
+            "format": WEIGHTS_FORMAT,
+            "early": early_document,
+            "training": {**keep["training"], "early": early.evidence},
+        }
+        out.write_text(json.dumps(document, indent=None, ensure_ascii=True) + "\n", "utf-8")
+        return document
+    final = trees_from_sklearn(fit_trees(x[ok], y[ok]))
     document = {
         "format": WEIGHTS_FORMAT,
         "model": "HistGradientBoostingClassifier (monotone constraints) + Platt map",
@@ -703,6 +818,7 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
             "thresholds": {g: t["text"] for g, t in second.thresholds.items()},
             "cuts": second.cuts,
         },
+        "early": early_document,
         "training": {
             "source": "bench/train_consensus.py on bench/realrows.py rows",
             "rows_sha256": row_hashes,
@@ -719,6 +835,7 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH) -> dict:
             "best_of_n": {"margin": margin, "cer_by_set": margin_report},
             "screen": {"loss_target": SCREEN_LOSS, "by_set": screen_evidence},
             "second": second.evidence,
+            "early": early.evidence,
         },
     }  # fmt: skip
     out.write_text(json.dumps(document, indent=None, ensure_ascii=True) + "\n", encoding="utf-8")
@@ -729,10 +846,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=WEIGHTS_PATH)
     parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="a weights file whose stages are kept: only the early accept is fitted into it",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     rows = [row for name in args.sets.split(",") for row in load_rows(name, ctc=True)]
-    document = train(rows, args.out)
+    keep = None if args.keep is None else json.loads(args.keep.read_text(encoding="utf-8"))
+    document = train(rows, args.out, keep)
     t = document["training"]
     print(f"wrote {args.out}")
     print(f"data_sha256 {t['data_sha256']}")
@@ -749,6 +872,11 @@ def main(argv: list[str] | None = None) -> None:
             f"second stage {group} threshold {second['thresholds'][group]} cut "
             f"{second['cuts'][group]} path {t['second']['threshold_evidence'][group]['path']}: "
             f"{by_set}"
+        )
+    for group, by_set in t["early"]["by_set"].items():
+        print(
+            f"early accept {group} threshold {document['early']['thresholds'][group]} path "
+            f"{t['early']['threshold_evidence'][group]['path']}: {by_set}"
         )
 
 

@@ -286,6 +286,17 @@ def shipped_threshold_lines(settings: Settings) -> list[str]:
             f"accepts {path['accepted']} at precision {path['precision']} (95% lower bound "
             f"{path['lower_bound_95']})"
         )
+    early = raw["training"].get("early", {})
+    for engine, by_set in early.get("by_set", {}).items():
+        candidates = sum(item["candidates"] for item in by_set.values())
+        accepted = sum(item["accepted_early"] for item in by_set.values())
+        path = early["threshold_evidence"][engine]["path"]
+        lines.append(
+            f"shipped early accept {engine}: accepted before any re-read "
+            f"{accepted / max(candidates, 1):.1%} of {candidates} held-back candidates; the "
+            f"path accepts {path['accepted']} at precision {path['precision']} (95% lower "
+            f"bound {path['lower_bound_95']})"
+        )
     return lines
 
 

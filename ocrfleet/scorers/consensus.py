@@ -50,7 +50,7 @@ from ocrfleet.scorers.precheck import precheck
 
 NAME = "consensus"
 WEIGHTS_PATH = Path(__file__).with_name("consensus_weights.json")
-WEIGHTS_FORMAT = 5
+WEIGHTS_FORMAT = 6
 
 
 # ---- calibration: the weights file -----------------------------------------------------
@@ -82,6 +82,12 @@ class Calibration:
     second_calibration: Platt
     second_thresholds: dict[str, float | None]
     second_cuts: dict[str, float | None]
+    # Before any re-read: trees over the same features as the screen's, their own Platt map,
+    # and per engine the threshold at or over which a candidate is accepted unread (see
+    # ConsensusScorer.score_against).
+    early: Trees
+    early_calibration: Platt
+    early_thresholds: dict[str, float | None]
     sha256: str  # of the weights file: the calibration's identity
 
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -105,6 +111,11 @@ class Calibration:
             math.inf if threshold is None else threshold,
             -math.inf if cut is None else cut,
         )
+
+    def early_threshold(self, engine: str) -> float:
+        """The early accept's threshold for `engine`'s candidates; inf accepts none."""
+        threshold = self.early_thresholds.get(engine, self.early_thresholds.get(OTHER_ENGINE))
+        return math.inf if threshold is None else threshold
 
 
 def _file_sha256(path: Path) -> str:
@@ -131,7 +142,8 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
     trees = Trees.from_json(raw["trees"])
     screen = Trees.from_json(raw["screen"]["trees"])
     second = Trees.from_json(raw["second"]["trees"])
-    for fitted in (trees, screen, second):
+    early = Trees.from_json(raw["early"]["trees"])
+    for fitted in (trees, screen, second, early):
         if fitted.feature.size and int(fitted.feature.max()) >= len(names):
             raise ValueError(f"{path}: a tree splits on a feature this code does not compute")
     return Calibration(
@@ -157,6 +169,12 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
         second_cuts={
             engine: None if cut is None else float(cut)
             for engine, cut in raw["second"]["cuts"].items()
+        },
+        early=early,
+        early_calibration=Platt.from_json(raw["early"]["calibration"]),
+        early_thresholds={
+            engine: None if t is None else float(t)
+            for engine, t in raw["early"]["thresholds"].items()
         },
         sha256=_file_sha256(path),
     )
@@ -414,13 +432,18 @@ class ConsensusScorer:
         """`score`, without the re-reads that will not change a decision. For a unit that is
         its region's only candidate, in stages:
 
-        1. before any re-read: it is not re-read when its threshold (`threshold(unit)`) is
-           out of reach or there is none, or when the screen predicts it will not be
-           accepted; its verdict is then `bounded`, its score the best any re-read could
-           give it (every re-read agreeing, `features.optimistic`), and the region goes to
-           review. Out of reach is exact: that bound is under the threshold. The screen is
-           fitted: on held-back real rows it screens out at most 1% of the candidates that
-           would have been accepted (the weights file records how many, per set).
+        1. before any re-read: the fitted early accept (a model of the features the unit
+           has before any re-read, with its own Platt map and thresholds, chosen so that
+           the whole path keeps the full model's promise on held-back rows) predicts it is
+           right; at or over both its own threshold and the unit's, the unit is `scored` at
+           that probability, read by no one else. Otherwise it is not re-read when its
+           threshold (`threshold(unit)`) is out of reach or there is none, or when the
+           screen predicts it will not be accepted; its verdict is then `bounded`, its
+           score the best any re-read could give it (every re-read agreeing,
+           `features.optimistic`), and the region goes to review. Out of reach is exact:
+           that bound is under the threshold. The screen is fitted: on held-back real rows
+           it screens out at most 1% of the candidates that would have been accepted (the
+           weights file records how many, per set).
         2. after the other re-reads, the `LAZY_READERS` are asked only where their reading
            could change the decision: where even their full agreement leaves the unit
            under its threshold it is `bounded` at that best score; where even their full
@@ -450,9 +473,16 @@ class ConsensusScorer:
             upper = calibration.calibration(
                 calibration.trees.upper_raw(np.vstack(rows), np.vstack(free))
             )
-            odds = calibration.screen.raw(np.vstack([first[i] for i in sole]))
-            for i, bound, screen in zip(sole, upper, odds, strict=True):
+            unread = np.vstack([first[i] for i in sole])
+            odds = calibration.screen.raw(unread)
+            right = calibration.early_calibration(calibration.early.raw(unread))
+            for i, bound, screen, early in zip(sole, upper, odds, right, strict=True):
                 limit = limits[i]
+                if limit is not None and early >= max(
+                    calibration.early_threshold(units[i].engine), limit
+                ):
+                    decided[i] = self._judge(units[i], ir.Verdict.scored, float(early))
+                    continue
                 screened = screen < calibration.screen_cut(units[i].engine)
                 if math.isfinite(bound) and (limit is None or bound < limit or screened):
                     decided[i] = self._judge(units[i], ir.Verdict.bounded, float(bound))

@@ -207,6 +207,10 @@ def test_weights_file_matches_the_code_and_records_its_evidence() -> None:
         accepted = sum(item["accepted_full"] for item in by_set.values())
         lost = sum(item["lost_unread"] for item in by_set.values())
         assert lost <= screen["loss_target"] * accepted
+    # the path with the early accept before it keeps the promise too
+    for evidence in training["early"]["threshold_evidence"].values():
+        if evidence["path"]["accepted"]:
+            assert evidence["path"]["lower_bound_95"] >= training["precision_target"]
 
 
 def test_shipped_model_scores_without_scikit_learn() -> None:
@@ -282,6 +286,14 @@ def test_training_is_reproducible_and_keeps_its_promise(tmp_path: Path) -> None:
     assert fewer["training"]["data_sha256"] != first["training"]["data_sha256"]
     assert second["training"]["n"] > len(rows)  # both engines' candidates and augmentation
     load_calibration(tmp_path / "a.json")  # a file the scorer can load
+    # --keep: another file's stages stay as they are; only the early accept is fitted in
+    kept = train(rows[:-6], tmp_path / "d.json", keep=first)
+    for key in ("trees", "thresholds", "screen", "second", "calibration"):
+        assert kept[key] == first[key]
+    assert kept["training"]["data_sha256"] == first["training"]["data_sha256"]
+    assert kept["early"]["trees"] == fewer["early"]["trees"]  # fitted on the rows given
+    assert kept["training"]["early"]["rows_sha256"] == fewer["training"]["rows_sha256"]
+    load_calibration(tmp_path / "d.json")
 
 
 def real_rows(n: int):
@@ -406,8 +418,14 @@ def test_a_bounded_unit_is_not_re_read_and_its_bound_holds(readers) -> None:
     calibration = scorer.calibration
     early, cut = calibration.second_stage("rapidocr")
     read = set()  # the crops read by tesseract: those of units the first stage left open
+    unread = 0
     for u, e, s in zip(units, exact, screened, strict=True):
         alone = ConsensusFeatures(SETTINGS, readers).compute([u], readers=())[0]
+        right = _early(calibration, alone)
+        if right >= max(calibration.early_threshold("rapidocr"), threshold):
+            assert s.verdict == ir.Verdict.scored and s.score == right  # accepted unread
+            unread += 1
+            continue
         rows, free = optimistic(alone, "rapidocr")
         upper = calibration.calibration(calibration.trees.upper_raw(rows[None], free[None]))[0]
         predicted = calibration.screen.raw(alone)[0] < calibration.screen_cut("rapidocr")
@@ -430,6 +448,12 @@ def test_a_bounded_unit_is_not_re_read_and_its_bound_holds(readers) -> None:
     assert by_name["easyocr"].crops <= by_name["tesseract"].crops
     # RapidOCR's own candidates are not re-read by it: its posterior gives their evidence
     assert by_name["rapidocr"].read == 0
+    assert unread  # the real lines the engine was sure of exercise the early accept
+
+
+def _early(calibration, alone: np.ndarray) -> float:
+    """The early accept's probability for a candidate's features before any re-read."""
+    return float(calibration.early_calibration(calibration.early.raw(alone[None]))[0])
 
 
 def _second_stage(calibration, u: Unit, readers) -> tuple[float, float]:
@@ -468,6 +492,11 @@ def test_the_second_stage_decides_without_the_third_reader(readers) -> None:
             trees.lower_raw(*(a[None] for a in pessimistic(alone, "rapidocr", ["easyocr"])))
         )
         second, second_raw = _second_stage(calibration, u, readers)
+        unread = ConsensusFeatures(SETTINGS, readers).compute([u], readers=())[0]
+        right = _early(calibration, unread)
+        if right >= max(calibration.early_threshold("rapidocr"), threshold):
+            assert s.verdict == ir.Verdict.scored and s.score == right
+            continue  # accepted before any re-read
         if s.verdict == ir.Verdict.bounded and s.score < threshold:
             continue  # out of reach before EasyOCR (first stage, or the exact bound)
         if lower[0] >= threshold:

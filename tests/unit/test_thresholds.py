@@ -179,7 +179,8 @@ def test_shipped_lines_name_each_threshold_and_what_the_shortcuts_skip() -> None
             int(v) for v in screen.split(", ")[1].split(" accepted")[0].split(" of their ")
         )
         assert lost <= 0.01 * accepted
-        (second,) = [line for line in lines if line.startswith(f"shipped second stage {engine}: ")]
-        bound = second.split("95% lower bound ")[1].rstrip(")")
-        assert bound == "None" or float(bound) >= 0.99
+        for stage in ("second stage", "early accept"):
+            (line,) = [line for line in lines if line.startswith(f"shipped {stage} {engine}: ")]
+            bound = line.split("95% lower bound ")[1].rstrip(")")
+            assert bound == "None" or float(bound) >= 0.99
     assert shipped_threshold_lines(Settings(scorer="jev")) == []
