@@ -39,7 +39,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 from PIL import Image
@@ -99,11 +99,27 @@ class Posterior:
 
     @cached_property
     def _columns(self) -> dict[str, list[int]]:
-        """Columns per character; a character with several columns is their sum."""
+        """Columns per character as the label rule reads it (`fold_key`); a character with
+        several columns is their sum."""
         columns: dict[str, list[int]] = {}
         for index, char in enumerate(self.charset[1:], start=1):
-            columns.setdefault(char, []).append(index)
+            columns.setdefault(fold_key(char), []).append(index)
         return columns
+
+    @cached_property
+    def _classes(self) -> np.ndarray:
+        """Per column, its character's index in `_columns` plus one (0: the blank)."""
+        classes = np.zeros(len(self.charset), dtype=np.intp)
+        for number, columns in enumerate(self._columns.values(), start=1):
+            classes[columns] = number
+        return classes
+
+    @cached_property
+    def _folded(self) -> np.ndarray:
+        """(T, classes) probabilities: per frame, each character's columns summed."""
+        folded = np.zeros((len(self._columns) + 1, self.log_probs.shape[0]))
+        np.add.at(folded, self._classes, np.exp(self.log_probs.T.astype(np.float64)))
+        return folded.T
 
     @cached_property
     def _best(self) -> np.ndarray:
@@ -117,20 +133,24 @@ class Posterior:
         """The greedy reading's characters with their frames. Each is judged at its most
         confident frame (the frames at a character's edges share their weight with the
         blank, which is no doubt about which character it is): its probability there, and
-        the margin to the runner-up class there."""
-        lp = self.log_probs
+        the margin to the runner-up there (negative where another character is likelier).
+        A character's probability is that of every column the label rule reads as it
+        (`fold_key`): a model torn between “ and " is sure of the text."""
+        folded = self._folded
         out = []
         for column, start, end in _runs(self._best):
-            peak = start + int(lp[start:end, column].argmax())
-            row = np.exp(lp[peak].astype(np.float64))
-            top2 = np.partition(row, -2)[-2:] if row.size > 1 else np.array([0.0, row[0]])
+            own = self._classes[column]
+            peak = start + int(folded[start:end, own].argmax())
+            row = folded[peak].copy()
+            prob = float(row[own])
+            row[own] = 0.0
             out.append(
                 Emission(
                     char=self.charset[column],
                     start=start,
                     end=end,
-                    prob=float(row[column]),
-                    margin=float(top2[1] - top2[0]),
+                    prob=prob,
+                    margin=prob - float(row.max()),
                 )
             )
         return out
@@ -140,9 +160,9 @@ class Posterior:
         the whitespace the label rule cannot see (`labels.silent`: at either end, or next
         to punctuation): doubt whether "reading: 048213" has its space is no doubt about
         the text, and counted as one it looked like a doubtful digit."""
-        lp = self.log_probs
-        frames = np.arange(lp.shape[0])
-        path = lp[frames, self._best].astype(np.float64)
+        frames = np.arange(self.log_probs.shape[0])
+        with np.errstate(divide="ignore"):
+            path = np.log(self._folded[frames, self._classes[self._best]])
         chars = self.emitted()
         quiet = labels.silent("".join(c.char for c in chars)) if chars else []
         if len(quiet) != len(chars):  # a multi-character class: nothing is left out
@@ -159,7 +179,7 @@ class Posterior:
 
     def missing(self, text: str) -> str:
         """The characters of `text` this posterior has no column for (scored at `floor`)."""
-        return "".join(ch for ch in dict.fromkeys(text) if ch not in self._columns)
+        return "".join(ch for ch in dict.fromkeys(text) if fold_key(ch) not in self._columns)
 
     def log_likelihood(self, text: str) -> float:
         """log P(text | crop) under this model (natural log): the CTC forward algorithm over
@@ -177,7 +197,7 @@ class Posterior:
         emissions = [np.empty((lp.shape[0], len(chars)), dtype=np.float64) for chars in labels]
         for chars, block in zip(labels, emissions, strict=True):
             for j, char in enumerate(chars):
-                columns = self._columns.get(char)
+                columns = self._columns.get(fold_key(char))
                 if columns is None:
                     block[:, j] = self.floor
                 elif len(columns) == 1:
@@ -185,6 +205,16 @@ class Posterior:
                 else:
                     block[:, j] = np.logaddexp.reduce(lp[:, columns], axis=1)
         return ctc_forward(lp[:, 0], emissions, labels)
+
+
+@lru_cache(maxsize=4096)
+def fold_key(char: str) -> str:
+    """The character the label rule reads `char` as (`labels.canonical`, case kept) where
+    that is one character ("“", "”" and "«" are all '"', "，" is ","), else `char`: a
+    model's doubt between two characters of one key is no doubt about the text, so its
+    evidence and likelihoods count them as one."""
+    folded = labels.canonical(char)
+    return folded if len(folded) == 1 else char
 
 
 def _runs(best: np.ndarray) -> list[tuple[int, int, int]]:

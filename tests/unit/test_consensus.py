@@ -497,6 +497,10 @@ def test_the_second_stage_decides_without_the_third_reader(readers) -> None:
         if right >= max(calibration.early_threshold("rapidocr"), threshold):
             assert s.verdict == ir.Verdict.scored and s.score == right
             continue  # accepted before any re-read
+        if calibration.screen.raw(unread[None])[0] < calibration.screen_cut("rapidocr"):
+            bound = platt(trees.upper_raw(*(a[None] for a in optimistic(unread, "rapidocr"))))
+            assert s.verdict == ir.Verdict.bounded and s.score == bound[0]
+            continue  # screened out before any re-read, at the best any re-read could give
         if s.verdict == ir.Verdict.bounded and s.score < threshold:
             continue  # out of reach before EasyOCR (first stage, or the exact bound)
         if lower[0] >= threshold:

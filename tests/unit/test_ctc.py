@@ -213,6 +213,27 @@ def test_duplicate_columns_of_one_character_add_up() -> None:
     assert posterior.log_likelihood("x") == pytest.approx(math.log(0.8), abs=1e-6)
 
 
+def test_characters_the_label_rule_reads_alike_are_one_character() -> None:
+    charset = (BLANK, "a", '"', "\u201c", ";")
+    probs = np.full((3, 5), 0.01)
+    probs[0, 1] = 0.96  # a
+    probs[1, 0] = 0.96
+    probs[2, 3], probs[2, 2] = 0.52, 0.45  # a curly or a straight quote: the same text
+    torn = Posterior("test", np.log(probs).astype(np.float32), charset)
+    assert torn.text() == "a\u201c"
+    (_, quote) = torn.emitted()
+    assert quote.prob == pytest.approx(0.97, abs=1e-5)
+    assert quote.margin == pytest.approx(0.96, abs=1e-5)  # against the blank and ";"
+    assert torn.evidence().min_char_prob == pytest.approx(0.96, abs=1e-5)
+    assert torn.log_likelihood('a"') == pytest.approx(torn.log_likelihood("a\u201d"), abs=1e-9)
+    assert torn.missing("a\u201d") == ""  # "”" has no column of its own, but reads as '"'
+    probs[2, 2] = 0.01
+    probs[2, 4] = 0.45  # a quote or a semicolon: two texts, and the doubt stays
+    doubtful = Posterior("test", np.log(probs).astype(np.float32), charset)
+    assert doubtful.evidence().min_char_prob == pytest.approx(0.53, abs=1e-5)
+    assert doubtful.emitted()[1].margin == pytest.approx(0.08, abs=1e-5)
+
+
 def test_shape_mismatch_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="charset"):
         Posterior("test", np.zeros((3, 4), np.float32), CHARSET)
