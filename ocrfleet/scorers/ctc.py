@@ -114,9 +114,9 @@ class Posterior:
             classes[columns] = number
         return classes
 
-    @cached_property
     def _folded(self) -> np.ndarray:
-        """(T, classes) probabilities: per frame, each character's columns summed."""
+        """(T, classes) probabilities: per frame, each character's columns summed. Not
+        kept: a posterior can live in `RECENT`, whose budget counts `log_probs` only."""
         folded = np.zeros((len(self._columns) + 1, self.log_probs.shape[0]))
         np.add.at(folded, self._classes, np.exp(self.log_probs.T.astype(np.float64)))
         return folded.T
@@ -136,7 +136,9 @@ class Posterior:
         the margin to the runner-up there (negative where another character is likelier).
         A character's probability is that of every column the label rule reads as it
         (`fold_key`): a model torn between “ and " is sure of the text."""
-        folded = self._folded
+        return self._emitted(self._folded())
+
+    def _emitted(self, folded: np.ndarray) -> list[Emission]:
         out = []
         for column, start, end in _runs(self._best):
             own = self._classes[column]
@@ -160,10 +162,11 @@ class Posterior:
         the whitespace the label rule cannot see (`labels.silent`: at either end, or next
         to punctuation): doubt whether "reading: 048213" has its space is no doubt about
         the text, and counted as one it looked like a doubtful digit."""
+        folded = self._folded()
         frames = np.arange(self.log_probs.shape[0])
         with np.errstate(divide="ignore"):
-            path = np.log(self._folded[frames, self._classes[self._best]])
-        chars = self.emitted()
+            path = np.log(folded[frames, self._classes[self._best]])
+        chars = self._emitted(folded)
         quiet = labels.silent("".join(c.char for c in chars)) if chars else []
         if len(quiet) != len(chars):  # a multi-character class: nothing is left out
             quiet = [False] * len(chars)
