@@ -50,7 +50,7 @@ __all__ = [
     "turned",
 ]
 
-VERSION = 2  # of the extraction, reading and turn below: enters run_id
+VERSION = 3  # of the extraction, reading and turn below: enters run_id
 ENGINE = "pdf-text"
 CHUNK = "ocrfleet:text-layer"
 MIN_CHARS = 1
@@ -60,6 +60,9 @@ MIN_INK_COVERAGE = 0.80
 INK_LEVEL = 128  # a pixel darker than this (0-255 gray) is ink
 _BOX_PAD = 0.25  # of a line's height, around its box, for the ink it covers
 _BREAKS = {"\r", "\n"}
+# PDFium's code for a hyphen that ends a line inside a word ("pat-" / "tern"): it gives no
+# line break after it, so the word, and the line, would run on over two printed lines.
+_LINE_HYPHEN = "\x02"
 Affine = tuple[float, float, float, float, float, float]  # page points -> pixels
 Box = tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels
 
@@ -83,7 +86,7 @@ def extract(page: pdfium.PdfPage, width: int, height: int) -> ir.TextLayer | Non
             code = pdfium_c.FPDFText_GetUnicode(raw, index)
             char = chr(code) if 0 < code < 0x110000 else "\ufffd"
             generated = pdfium_c.FPDFText_IsGenerated(raw, index) == 1
-            if not generated and _unmapped(raw, index, char):
+            if not generated and char != _LINE_HYPHEN and _unmapped(raw, index, char):
                 unmapped += 1
             if char in _BREAKS or char.isspace():
                 _end_word(word, words)
@@ -91,6 +94,12 @@ def extract(page: pdfium.PdfPage, width: int, height: int) -> ir.TextLayer | Non
                     _end_line(words, lines)
                 continue
             box = _char_box(textpage, index, to_pixels, width, height)
+            if char == _LINE_HYPHEN:  # the page shows "-" and the line ends there
+                if box is not None:
+                    word.append(("-", box))
+                _end_word(word, words)
+                _end_line(words, lines)
+                continue
             if box is not None:
                 word.append((char, box))
         _end_word(word, words)

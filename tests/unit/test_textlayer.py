@@ -116,3 +116,19 @@ def test_the_mode_and_thresholds_enter_run_id() -> None:
     redo = text_layer_config(SETTINGS.model_copy(update={"text_layer": "redo"}))
     assert use["mode"] == "use" and redo == {"mode": "redo"}
     assert textlayer.MIN_INK_COVERAGE in use["thresholds"]
+
+
+def test_a_word_hyphenated_over_two_lines_leaves_them_two_lines() -> None:
+    pdf = FPDF(format=(300, 200), unit="pt")
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    pdf.text(20, 50, "measuring the distance from a pat-")
+    pdf.text(20, 65, "tern to all of the fonts.")
+    image, layer = pages(bytes(pdf.output()))[0]
+    raw = pdfium.PdfDocument(bytes(pdf.output()))[0].get_textpage().get_text_range()
+    assert "pat\ufffetern" in raw  # PDFium joins the word, with no line break (its \x02)
+    assert layer is not None and layer.unmapped == 0
+    first, second = layer.lines
+    assert [w.text for w in first.words][-1] == "pat-"  # as the page shows it
+    assert [w.text for w in second.words][0] == "tern"
+    assert first.bbox.y1 <= second.bbox.y0 + 2 and textlayer.judge(layer, image).good
