@@ -16,8 +16,9 @@ verifiable) when `OCRFLEET_TEXT_LAYER=use` (the default) and it is good:
   chart's labels, a logo with words) leaves ink outside them, and then the page is OCRed.
 
 `redo` OCRs every page whatever its text layer (OCRmyPDF's `--redo-ocr`). The lines become
-regions (category text, in reading order) and candidates of engine `pdf-text`, with word
-boxes from the characters' own; the scorer re-reads each crop with its readers and decides.
+regions (category text, in reading order; a line across a table's columns one region per
+cell) and candidates of engine `pdf-text`, with word boxes from the characters' own; the
+scorer re-reads each crop with its readers and decides.
 A page whose lines run down, up or right to left (`/Rotate`, sideways content) is turned
 upright with its layer first (`direction`, `turned`), so crops are read the right way up.
 """
@@ -45,6 +46,7 @@ __all__ = [
     "extract",
     "judge",
     "page_png",
+    "cells",
     "read_png",
     "reading",
     "turned",
@@ -59,6 +61,7 @@ MAX_UNMAPPED = 0.02
 MIN_INK_COVERAGE = 0.80
 INK_LEVEL = 128  # a pixel darker than this (0-255 gray) is ink
 _BOX_PAD = 0.25  # of a line's height, around its box, for the ink it covers
+CELL_GAP = 1.0  # a gap between words wider than this many line heights separates cells
 _BREAKS = {"\r", "\n"}
 # PDFium's code for a hyphen that ends a line inside a word ("pat-" / "tern"): it gives no
 # line break after it, so the word, and the line, would run on over two printed lines.
@@ -249,22 +252,36 @@ def ink_coverage(layer: ir.TextLayer, page: Image.Image) -> float:
 
 def reading(layer: ir.TextLayer) -> tuple[list[ir.Region], list[ir.Candidate]]:
     """The layer's lines as text regions in reading order, each with its `pdf-text`
-    candidate (words in page pixels, no confidence: the layer has none)."""
+    candidate (words in page pixels, no confidence: the layer has none). A line that
+    crosses a table's columns is one region per cell (`cells`), in the line's place."""
     lines = [line for line in layer.lines if line.words]
     order = reading_order([line.bbox for line in lines])
     regions, candidates = [], []
-    for number, index in enumerate(order, start=1):
-        line = lines[index]
-        regions.append(ir.Region(number=number, bbox=line.bbox))
+    for words in (cell for index in order for cell in cells(lines[index])):
+        number = len(regions) + 1
+        regions.append(ir.Region(number=number, bbox=_union([word.bbox for word in words])))
         candidates.append(
             ir.Candidate(
                 region_number=number,
                 engine=ENGINE,
-                text=" ".join(word.text for word in line.words),
-                words=line.words,
+                text=" ".join(word.text for word in words),
+                words=words,
             )
         )
     return regions, candidates
+
+
+def cells(line: ir.TextLine) -> list[list[ir.Word]]:
+    """`line`'s words, split where the gap between two is wider than `CELL_GAP` line
+    heights: a table row's cells. A crop across such a gap is read without the space (the
+    recognisers glue "Lab  Regression" into "LabRegression"), so a right line would be
+    doubted; word gaps in prose stay under half a line height."""
+    out = [[line.words[0]]]
+    for before, word in zip(line.words, line.words[1:], strict=False):
+        if word.bbox.x0 - before.bbox.x1 > CELL_GAP * line.bbox.height:
+            out.append([])
+        out[-1].append(word)
+    return out
 
 
 # -- which way it runs ------------------------------------------------------------------------

@@ -132,3 +132,28 @@ def test_a_word_hyphenated_over_two_lines_leaves_them_two_lines() -> None:
     assert [w.text for w in first.words][-1] == "pat-"  # as the page shows it
     assert [w.text for w in second.words][0] == "tern"
     assert first.bbox.y1 <= second.bbox.y0 + 2 and textlayer.judge(layer, image).good
+
+
+def test_a_table_row_is_one_region_per_cell_in_the_rows_place() -> None:
+    pdf = FPDF(format=(400, 200), unit="pt")
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    pdf.text(20, 40, "A sentence in prose, with its word spaces.")
+    pdf.text(20, 60, "Reactor Lab")  # three cells, columns 60 pt (five line heights) apart
+    pdf.text(150, 60, "Regression")
+    pdf.text(280, 60, "0.87")
+    pdf.text(20, 80, "The last line.")
+    image, layer = pages(bytes(pdf.output()))[0]
+    assert layer is not None and len(layer.lines) == 3  # PDFium keeps the row one line
+    regions, candidates = textlayer.reading(layer)
+    assert [c.text for c in candidates] == [
+        "A sentence in prose, with its word spaces.",
+        "Reactor Lab",
+        "Regression",
+        "0.87",
+        "The last line.",
+    ]
+    for region, candidate in zip(regions, candidates, strict=True):
+        assert region.number == candidate.region_number
+        assert region.bbox == textlayer._union([w.bbox for w in candidate.words])
+    assert regions[1].bbox.x1 < regions[2].bbox.x0 < regions[2].bbox.x1 < regions[3].bbox.x0
