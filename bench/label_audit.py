@@ -2,10 +2,11 @@
 file that every row builder applies (bench/realrows.py's truth loaders).
 
 `bench/labels/corrections.csv`, one correction a row: `set,document,line,original,corrected,
-reason`. `set` is sroie|uw3|unlv as in bench/realrows.py, `document` the realrows `doc`,
+reason`. `set` is sroie|uw3|unlv|pdf as in bench/realrows.py, `document` the realrows `doc`,
 `line` the ground-truth line's identity in its annotation (sroie: the 0-based row of
 box/<id>.csv; uw3: the line image's file stem; unlv: the index of the line in the page's
-.txt, as bench/realrows.py matches it), `original` the annotation's text as the loader reads
+.txt, as bench/realrows.py matches it; pdf: `p<page>/l<line>`, the text layer's line in
+reading order, whose text is the annotation), `original` the annotation's text as the loader reads
 it (so a correction whose original no longer matches is an error, never a silent no-op),
 `corrected` what the crop shows, `reason` a short phrase.
 Only what the crop clearly shows is corrected; an ambiguous crop keeps its annotation.
@@ -45,7 +46,7 @@ CORRECTIONS = LABELS / "corrections.csv"
 LOOKED = LABELS / "looked.csv"
 OUT = ROOT / "bench" / "out" / "label_audit"
 COLUMNS = ("set", "document", "line", "original", "corrected", "reason")
-SETS = ("sroie", "uw3", "unlv")
+SETS = ("sroie", "uw3", "unlv", "pdf")
 SEED = 17  # the order the `rest` lines were looked at
 
 
@@ -352,6 +353,8 @@ def counts() -> None:
         print("and after the audit:")
         for name in SETS:
             own = [(line, reads.get("rapidocr")) for line, reads in readings if line.set == name]
+            if not own:
+                continue
             before = sum(_label_ok(text, line) for line, text in own)
             after = sum(
                 _label_ok(text, replace(line, original=fixes[line.key].corrected))

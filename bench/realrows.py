@@ -15,6 +15,13 @@ Rows are built the way production sees them:
   source `gt`; the page folder is the document.
 - unlv (realdocs/tesseract_test, 2 pages): the detector's lines inside each zone, matched
   to the page's ground-truth lines by text (bench/reallines.py), source `det`.
+- pdf (Debian's PDF manuals under /usr/share/doc, `DEBIAN_MANUALS`: born-digital pages from
+  other typesetters than the olmOCR sample's, which stays out of training as its check):
+  `PDF_PAGES` pages of each, spread through it, through the split as production takes them;
+  each line of a text layer that `textlayer.judge` finds good is a row, source `layer`, its
+  truth the layer's text (what a searchable PDF is judged against). These rows are where
+  the `pdf-text` candidates' evidence is learnt: the crops are renders, not scans, and the
+  readers' doubts on them (superscripts, wide gaps, a `:` for a `.`) are their own.
 
 Every crop is read by RapidOCR and tesseract once (text, line confidence, least word
 confidence); the readings are cached per set in
@@ -65,14 +72,25 @@ SROIE = REALDOCS.parent / "train" / "sroie"
 UW3_BOOK = REALDOCS / "uw3_500_ocropy" / "book"
 OUT = ROOT / "bench" / "out" / "realrows"
 LAYOUT = "rapid"  # the detector's layout setting the rows are detected with
-SETS = ("sroie", "uw3", "unlv")
+SETS = ("sroie", "uw3", "unlv", "pdf")
+# Debian packages' manuals (bzip2-doc, fontconfig, libtasn1-doc, nettle-dev, shared-mime-info,
+# valgrind); a machine without one has fewer rows, and says so.
+DEBIAN_MANUALS = (
+    "/usr/share/doc/bzip2/manual.pdf.gz",
+    "/usr/share/doc/fontconfig/fontconfig-user.pdf.gz",
+    "/usr/share/doc/libtasn1-doc/libtasn1.pdf",
+    "/usr/share/doc/nettle-dev/nettle.pdf.gz",
+    "/usr/share/doc/shared-mime-info/shared-mime-info-spec.pdf",
+    "/usr/share/doc/valgrind/valgrind_manual.pdf.gz",
+)
+PDF_PAGES = 4  # pages of each manual
 # The readers of the first pass; the other readers (EasyOCR) read in the CTC pass, where
 # their reading and their posterior come from one model call.
 FIRST_PASS = ("rapidocr", "tesseract")
 # Rows the CTC pass reads: a receipt's ground-truth box crops (source `gt`) are left out (a
 # third of the receipt rows; they are the production-like detected regions' partners, whose
 # first-pass readings augment training, not candidates of their own).
-CTC_SOURCES = {"sroie": ("det",), "uw3": ("gt",), "unlv": ("det",)}
+CTC_SOURCES = {"sroie": ("det",), "uw3": ("gt",), "unlv": ("det",), "pdf": ("layer",)}
 MIN_IOU = 0.5
 MIN_COVER = 0.9
 GT_EVERY = 3  # ground-truth box crops of every third receipt: the second source, not the base
@@ -268,6 +286,56 @@ def unlv_docs(detector, readers: Sequence[Recogniser]) -> Iterator[tuple[str, li
         yield page, rows
 
 
+def pdf_docs(settings) -> Iterator[tuple[str, list[RealRow]]]:
+    """Each manual's `PDF_PAGES` pages (at the middles of equal stretches of it, so title
+    pages are rarely among them), one sub-document through `iter_pages_with_text`; the page
+    renders are kept under `OUT / "pdf"` for the rows' crops."""
+    import gzip
+    import io
+
+    import pypdfium2 as pdfium
+
+    from ocrfleet.pipeline import textlayer
+    from ocrfleet.pipeline.split import iter_pages_with_text
+
+    for manual in map(Path, DEBIAN_MANUALS):
+        if not manual.is_file():
+            print(
+                f"pdf: {manual} is missing (its Debian package is not installed)", file=sys.stderr
+            )
+            continue
+        doc = manual.parent.name
+        data = manual.read_bytes()
+        source = pdfium.PdfDocument(gzip.decompress(data) if manual.suffix == ".gz" else data)
+        count = len(source)
+        chosen = sorted(
+            {min(count - 1, int((k + 0.5) * count / PDF_PAGES)) for k in range(PDF_PAGES)}
+        )
+        part = pdfium.PdfDocument.new()
+        part.import_pages(source, chosen)
+        buffer = io.BytesIO()
+        part.save(buffer)
+        rows = []
+        for index, (image, layer) in zip(
+            chosen, iter_pages_with_text(buffer.getvalue(), settings), strict=True
+        ):
+            if not textlayer.judge(layer, image).good:
+                continue
+            path = OUT / "pdf" / f"{doc}-p{index + 1}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            image.save(path)
+            regions, candidates = textlayer.reading(layer)
+            for region, candidate in zip(regions, candidates, strict=True):
+                b = region.bbox
+                line = f"p{index + 1}/l{region.number}"
+                rows.append(
+                    RealRow("pdf", doc, f"{doc}/{line}", "layer", str(path),
+                            (b.x0, b.y0, b.x1, b.y1), candidate.text, True, {}, line)
+                )  # fmt: skip
+        if rows:
+            yield doc, rows
+
+
 # ---- reading and the cache --------------------------------------------------------------
 
 
@@ -378,6 +446,7 @@ def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:
         "sroie": lambda: sroie_docs(detector, shard),
         "uw3": uw3_docs,
         "unlv": lambda: unlv_docs(detector, readers),
+        "pdf": lambda: pdf_docs(settings),
     }[set_name]()
     path.parent.mkdir(parents=True, exist_ok=True)
     started, count = time.perf_counter(), 0
@@ -477,8 +546,11 @@ def ctc_path(set_name: str, shard: tuple[int, int] = (0, 1)) -> Path:
 
 
 def _ctc_records(set_name: str) -> dict[str, dict]:
-    paths = sorted(OUT.glob(f"{set_name}.ctc.jsonl")) + sorted(
-        OUT.glob(f"{set_name}.ctc.*of*.jsonl")
+    # The newest file last, so its record of a crop wins: a pass over the whole set after a
+    # sharded one (a corrected label's texts) rewrites crops the shards' files also hold.
+    paths = sorted(
+        [*OUT.glob(f"{set_name}.ctc.jsonl"), *OUT.glob(f"{set_name}.ctc.*of*.jsonl")],
+        key=lambda path: path.stat().st_mtime_ns,
     )
     records = {}
     for path in paths:

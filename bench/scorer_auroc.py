@@ -1,18 +1,19 @@
 """How well the consensus scorer separates usable from wrong engine output on real documents:
 `python bench/scorer_auroc.py`.
 
-Rows: bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones), every crop read by
-RapidOCR, tesseract and EasyOCR, with the CTC models' evidence; candidates are those real
-readings (the confidence-less augmentation of training is left out here), labelled by
-`ocrfleet.labels.same_text` on the audited labels (case-insensitive on SROIE). Every
-number is out of sample:
+Rows: bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones, PDF text-layer lines),
+every crop read by RapidOCR, tesseract and EasyOCR, with the CTC models' evidence;
+candidates are those real readings (the confidence-less augmentation of training is left out
+here), labelled by `ocrfleet.labels.same_text` on the audited labels (case-insensitive on
+SROIE). Every number is out of sample:
 
 - `auroc consensus <set>`: grouped 5-fold cross-validation by document over all sets (the
   same folds as training), scored on that set's candidates;
 - `auroc baseline-agreement <set>`: the edit similarity to the independent re-read alone;
   `best single feature <set>`: the best AUROC any one feature reaches (either direction);
-- `auroc consensus domain-out <train>-><test>`: fitted on receipts only and scored on the
-  book lines and zones, and the reverse, beside the best single feature on the test side;
+- `auroc consensus domain-out <train>-><test>`: fitted on one domain only (receipts; book
+  lines and zones; PDF text-layer lines) and scored on each other, beside the best single
+  feature on the test side;
 - at the shipped thresholds (the weights file's, chosen on these out-of-fold scores), per
   set and engine: accept rate, precision and its Clopper-Pearson 95% lower bound; the
   same with the screen (`ConsensusScorer.score_against`: a candidate the screen's
@@ -48,7 +49,7 @@ from ocrfleet.scorers.consensus import WEIGHTS_PATH, load_calibration  # noqa: E
 from ocrfleet.scorers.features import CTC_MODELS, FEATURE_NAMES, READERS  # noqa: E402
 from ocrfleet.thresholds import auroc, choose_threshold, clopper_pearson  # noqa: E402
 
-DOMAINS = {"receipts": ("sroie",), "books": ("uw3", "unlv")}
+DOMAINS = {"receipts": ("sroie",), "books": ("uw3", "unlv"), "pdfs": ("pdf",)}
 RULE_FLOORS = (0.0, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
 
 

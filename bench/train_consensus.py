@@ -1,16 +1,17 @@
 """Fit the consensus scorer on real engine output: `python bench/train_consensus.py`.
 
-Data: the rows of bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones; every
-crop read by RapidOCR, tesseract and EasyOCR, with the CTC models' evidence, cached). Each
-engine's reading is a candidate, its independent re-reads the other engines' readings of
-the same crop (a CTC model's through its posterior, as the scorer reads), its character
-evidence and cross-scores those of the CTC models that are not its engine; the label is
-`ocrfleet.labels.same_text` against the audited truth (bench/label_audit.py;
-case-insensitive for SROIE, whose transcripts are often upper-cased). Augmentation, never
-the base: candidates of an engine without confidence (the way MiniCPM-OCR's look), re-read
-by every engine: for a receipt's detected region, the engines' readings of the matching
-ground-truth box (real errors on a slightly different crop), and for book lines and zones
-the truth and one rule perturbation of it.
+Data: the rows of bench/realrows.py (SROIE receipts, UW3 book lines, UNLV zones, the lines
+of Debian's PDF manuals' text layers; every crop read by RapidOCR, tesseract and EasyOCR,
+with the CTC models' evidence, cached). Each engine's reading is a candidate, its
+independent re-reads the other engines' readings of the same crop (a CTC model's through its
+posterior, as the scorer reads), its character evidence and cross-scores those of the CTC
+models that are not its engine; the label is `ocrfleet.labels.same_text` against the audited
+truth (bench/label_audit.py; case-insensitive for SROIE, whose transcripts are often
+upper-cased). Augmentation, never the base: candidates of an engine without confidence (the
+way MiniCPM-OCR's look), re-read by every engine: for a receipt's detected region, the
+engines' readings of the matching ground-truth box (real errors on a slightly different
+crop), and for book lines, zones and text-layer lines the truth and one rule perturbation of
+it (the text layer's candidates, `pdf-text`, have no confidence either).
 
 Procedure (fixed seeds throughout, so the same rows give the same file byte for byte):
 1. documents go to 5 folds by a hash of their id (grouped: a receipt or page is never
@@ -66,7 +67,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.realrows import OUT, RealRow, load_rows  # noqa: E402
+from bench.realrows import OUT, SETS, RealRow, load_rows  # noqa: E402
 from bench.synthetic import perturb  # noqa: E402
 from ocrfleet import ir  # noqa: E402
 from ocrfleet.labels import same_text  # noqa: E402
@@ -88,7 +89,6 @@ from ocrfleet.scorers.features import (  # noqa: E402
 )
 from ocrfleet.thresholds import choose_threshold  # noqa: E402
 
-SETS = ("sroie", "uw3", "unlv")
 ENGINES = READERS  # the engines that produced the candidates, in primary order
 AUGMENTED = "augmented"  # the engine name of confidence-less candidates
 N_FOLDS = 5

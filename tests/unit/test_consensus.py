@@ -184,8 +184,8 @@ def test_weights_file_matches_the_code_and_records_its_evidence() -> None:
     assert tuple(raw["feature_names"]) == FEATURE_NAMES
     training = raw["training"]
     assert len(training["data_sha256"]) == 64
-    assert set(training["rows_sha256"]) == {"sroie", "uw3", "unlv"}
-    assert set(training["cv_auroc_out_of_fold"]) == {"sroie", "uw3", "unlv"}
+    assert set(training["rows_sha256"]) == {"sroie", "uw3", "unlv", "pdf"}
+    assert set(training["cv_auroc_out_of_fold"]) == {"sroie", "uw3", "unlv", "pdf"}
     for group, evidence in training["threshold_evidence"].items():
         threshold = raw["thresholds"][group]["text"]
         assert evidence["threshold"] == threshold

@@ -3,13 +3,14 @@ audited label changes training rows without any engine reading again."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 
 from bench import label_audit, realrows
-from tests.conftest import REALDOCS
+from tests.conftest import REALDOCS, REPO
 
 BOOK = REALDOCS / "uw3_500_ocropy" / "book"
 HEADER = "set,document,line,original,corrected,reason\n"
@@ -95,3 +96,32 @@ def test_ctc_evidence_is_found_by_crop_and_a_missing_text_says_what_to_run(cache
     assert scores.log_likelihood(truth) == -1.5 and scores.min_char_prob == 0.9
     with pytest.raises(KeyError, match="run `python bench/realrows.py --ctc`"):
         scores.log_likelihood("another text")
+
+
+def test_a_pdf_text_layer_gives_one_row_per_line_on_the_page_production_renders(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from ocrfleet.config import Settings
+    from ocrfleet.pipeline import textlayer
+    from ocrfleet.pipeline.split import iter_pages_with_text
+
+    letter = REPO / "examples" / "letter.pdf"
+    packed = tmp_path / "letter.pdf.gz"
+    packed.write_bytes(gzip.compress(letter.read_bytes()))
+    monkeypatch.setattr(
+        realrows, "DEBIAN_MANUALS", (str(tmp_path / "missing.pdf"), str(letter), str(packed))
+    )
+    monkeypatch.setattr(realrows, "PDF_PAGES", 1)  # the middle page
+    docs = list(realrows.pdf_docs(Settings()))
+    assert "missing.pdf is missing" in capsys.readouterr().err
+    assert [doc for doc, _ in docs] == ["examples", tmp_path.name]
+    pages = list(iter_pages_with_text(letter.read_bytes(), Settings()))
+    middle = len(pages) // 2
+    regions, candidates = textlayer.reading(pages[middle][1])
+    for _, rows in docs:  # the gzipped manual reads as the plain one
+        assert [row.truth for row in rows] == [c.text for c in candidates]
+        assert {row.source for row in rows} == {"layer"} and all(r.case_sensitive for r in rows)
+        for row, region in zip(rows, regions, strict=True):
+            b = region.bbox
+            assert row.crop().size == (b.x1 - b.x0, b.y1 - b.y0)
+    assert docs[0][1][0].image == str(cache / "pdf" / f"examples-p{middle + 1}.png")
