@@ -46,7 +46,6 @@ CORRECTIONS = LABELS / "corrections.csv"
 LOOKED = LABELS / "looked.csv"
 OUT = ROOT / "bench" / "out" / "label_audit"
 COLUMNS = ("set", "document", "line", "original", "corrected", "reason")
-SETS = ("sroie", "uw3", "unlv", "pdf")
 SEED = 17  # the order the `rest` lines were looked at
 
 
@@ -67,6 +66,8 @@ class Correction:
 def read_corrections(path: Path) -> dict[tuple[str, str, str], Correction]:
     """The corrections in `path`, keyed (set, document, line); a malformed file is an error
     that names its row."""
+    from bench.realrows import SETS
+
     out: dict[tuple[str, str, str], Correction] = {}
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
@@ -346,6 +347,8 @@ def sheets(per_sheet: int = 10, width: int = 900) -> list[Path]:
 def counts() -> None:
     """What the note cites: lines read, lines listed and looked at (by set and listing rule),
     changed (by set, listing rule and reason)."""
+    from bench.realrows import SETS
+
     fixes = corrections()
     if (OUT / "readings.jsonl").is_file():
         readings = load_readings()

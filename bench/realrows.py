@@ -315,6 +315,8 @@ def pdf_docs(settings) -> Iterator[tuple[str, list[RealRow]]]:
         part.import_pages(source, chosen)
         buffer = io.BytesIO()
         part.save(buffer)
+        part.close()
+        source.close()
         rows = []
         for index, (image, layer) in zip(
             chosen, iter_pages_with_text(buffer.getvalue(), settings), strict=True

@@ -42,11 +42,11 @@ from ocrfleet.pipeline.regions import reading_order
 __all__ = [
     "ENGINE",
     "Judgement",
+    "cells",
     "direction",
     "extract",
     "judge",
     "page_png",
-    "cells",
     "read_png",
     "reading",
     "turned",
@@ -275,7 +275,9 @@ def cells(line: ir.TextLine) -> list[list[ir.Word]]:
     """`line`'s words, split where the gap between two is wider than `CELL_GAP` line
     heights: a table row's cells. A crop across such a gap is read without the space (the
     recognisers glue "Lab  Regression" into "LabRegression"), so a right line would be
-    doubted; word gaps in prose stay under half a line height."""
+    doubted. Word gaps in prose are a fraction of a line height; on the olmOCR sample's
+    layers, gaps between 0.9 and 1.6 line heights are rare and table columns lie at 1.7
+    and over."""
     out = [[line.words[0]]]
     for before, word in zip(line.words, line.words[1:], strict=False):
         if word.bbox.x0 - before.bbox.x1 > CELL_GAP * line.bbox.height:
