@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.engines import load_detector, load_recognisers
-from ocrfleet.engines.layout import Block, LayoutDetector, build_regions, resolve_overlaps
+from ocrfleet.engines.layout import (
+    Block,
+    LayoutDetector,
+    build_regions,
+    resolve_overlaps,
+    split_at_gutters,
+)
 from ocrfleet.pipeline.recognise import READ_AS_LINES, recognise
 from ocrfleet.pipeline.regions import detect_regions
 from ocrfleet.pipeline.review import decide
 from ocrfleet.pipeline.split import iter_pages
 from tests.conftest import REALDOCS
+from tests.unit.synthetic import draw_page
 
 OLMOCR = REALDOCS / "olmocr_bench_sample" / "pdfs"
 
@@ -113,6 +122,35 @@ def test_a_block_nested_in_a_block_of_its_class_is_one_block():
     ]
 
 
+def test_a_line_drawn_across_a_gutter_is_cut_in_the_blank_between_the_columns():
+    # Two columns whose lines stand level, as one detector box each (the detector's merge);
+    # word gaps are 13 px, the gutter 60 px, the boxes 40 px high.
+    page, drawn = draw_page(
+        (900, 200),
+        [(20, 20, "left column words"), (370, 20, "right side text"), (20, 100, "a b")],
+        font_size=28,
+    )
+    left = Block(ir.Category.text, box(15, 15, 320, 140), 0.9)
+    right = Block(ir.Category.text, box(365, 15, 700, 80), 0.9)
+    across = line(10, 14, 640, 54)
+    short = line(10, 94, 90, 134)  # in one block only
+    cut = split_at_gutters(page, [left, right], [across, short])
+    assert [r.bbox.as_tuple() for r in cut[:2]] == [
+        (10, 14, cut[0].bbox.x1, 54),
+        (cut[0].bbox.x1, 14, 640, 54),
+    ]
+    assert drawn[0].bbox.x1 < cut[0].bbox.x1 < drawn[1].bbox.x0
+    assert cut[2] == short
+    # Stacked blocks, one block, or a figure beside the text: nothing to cut.
+    below = Block(ir.Category.text, box(15, 60, 700, 140), 0.9)
+    figure = Block(ir.Category.figure, box(365, 15, 700, 80), 0.9)
+    for blocks in ([left], [left, below], [left, figure]):
+        assert split_at_gutters(page, blocks, [across]) == [across]
+    # No blank run half the line's height wide near the gap (word gaps): kept whole.
+    tight, _ = draw_page((900, 200), [(20, 20, "left column words right side text")], font_size=28)
+    assert split_at_gutters(tight, [left, right], [across]) == [across]
+
+
 @pytest.fixture(scope="module")
 def layout() -> LayoutDetector:
     detector = load_detector(Settings(layout="rapid"))
@@ -148,6 +186,33 @@ def test_a_real_table_is_a_table_region_read_by_lines_and_flagged(layout):
 
 
 SROIE = REALDOCS.parent / "train" / "sroie" / "images"
+
+
+def test_unlv_lines_drawn_across_two_columns_are_read_in_their_columns(layout):
+    # UNLV 8071: four columns; the line detector draws six lines across a gutter (boxes
+    # 1,240-1,310 px wide, each column about 690 px), which were read as one line of two
+    # columns' text ("wandered around the house ply,he talked with her of").
+    path = REALDOCS / "tesseract_test" / "8071_093.3B.tif"
+    if not path.is_file():
+        pytest.skip(f"no real documents under {REALDOCS}")
+    page = next(iter_pages(path.read_bytes(), Settings()))
+    columns = sorted(
+        (b.bbox for b in layout.blocks(page) if b.bbox.y0 < 300),  # the columns' tops
+        key=lambda b: b.x0,
+    )
+    assert len(columns) >= 4
+    regions = layout.detect(page)
+    gutters = [(a.x1, b.x0) for a, b in pairwise(columns)]
+    crossing = [
+        r.bbox.as_tuple()
+        for r in regions
+        if r.category == ir.Category.text
+        and r.bbox.height < 100
+        and any(r.bbox.x0 < lo - 50 and r.bbox.x1 > hi + 50 for lo, hi in gutters)
+    ]
+    assert crossing == []
+    lines = layout.lines.detect(page)
+    assert len(regions) >= len(lines) + 6
 
 
 @pytest.mark.parametrize(
