@@ -7,7 +7,9 @@ Rows are built the way production sees them:
   with the default layout (`LAYOUT`, pinned here: a new default must not change the
   training rows unnoticed); each detected region takes the ground-truth line whose box
   overlaps it most (IoU >= 0.5, each covering >= 90% of the other's width, each
-  ground-truth line used once), source `det`. The ground-truth boxes'
+  ground-truth line used once), source `det`. Its truth is what the crop shows
+  (`visible_truth`): punctuation the annotation places beyond the detected region (a " :"
+  printed apart from its words) is not part of it. The ground-truth boxes'
   own crops (of every third receipt, to bound the engine time) are a second source, `gt`.
   SROIE transcripts are often upper-cased where the print is not, so its labels compare
   case-insensitively (`case_sensitive` False).
@@ -400,13 +402,12 @@ def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
         }
         bbox = None if record["bbox"] is None else tuple(record["bbox"])
         annotation = record["truth"]
-        if (
-            set_name == "sroie"
-            and record["source"] == "det"
-            and not _still_matched(record["doc"], bbox, annotation, record["line"])
-        ):
-            continue  # cached under a looser matching rule
         truth = audited(set_name, record["doc"], record["line"], annotation)
+        if set_name == "sroie" and record["source"] == "det":
+            box = _matched_box(record["doc"], bbox, annotation, record["line"])
+            if box is None:
+                continue  # cached under a looser matching rule
+            truth = visible_truth(truth, box, bbox)
         row = RealRow(
             record["set"], record["doc"], record["id"], record["source"], record["image"],
             bbox, truth, record["case_sensitive"], reads, record["line"],
@@ -423,11 +424,36 @@ def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
     return rows
 
 
-def _still_matched(doc: str, bbox, annotation: str, line: str) -> bool:
-    return any(
-        text == annotation and n == line and same_line(bbox, box)
-        for box, text, n in _sroie_truth(doc)
-    )
+def _matched_box(doc: str, bbox, annotation: str, line: str) -> tuple[int, int, int, int] | None:
+    """The ground-truth box of the row's line, if the row's region still matches it."""
+    for box, text, n in _sroie_truth(doc):
+        if text == annotation and n == line and same_line(bbox, box):
+            return box
+    return None
+
+
+def visible_truth(text: str, truth_box: Sequence[int], crop_box: Sequence[int]) -> str:
+    """`text`, the line annotated in `truth_box`, without the punctuation at either end
+    that lies outside `crop_box`: a region that stops short of a " :" printed apart from
+    its words ("TOTAL SALES (EXCLUDING GST)      :") shows no colon, so a reading without
+    one is right. The characters are placed evenly across the truth box; one goes only
+    when its whole place lies outside the crop (annotated boxes run past the ink), and a
+    letter or digit never does (a region missing one is not matched to the line)."""
+    if not text:
+        return text
+    width = (truth_box[2] - truth_box[0]) / len(text)
+    start, end = 0, len(text)
+    while (
+        end > 0 and not text[end - 1].isalnum() and truth_box[0] + (end - 1) * width >= crop_box[2]
+    ):
+        end -= 1
+    while (
+        start < end
+        and not text[start].isalnum()
+        and truth_box[0] + (start + 1) * width <= crop_box[0]
+    ):
+        start += 1
+    return text[start:end].strip() or text
 
 
 def fill(set_name: str, settings, shard: tuple[int, int] = (0, 1)) -> None:

@@ -125,3 +125,17 @@ def test_a_pdf_text_layer_gives_one_row_per_line_on_the_page_production_renders(
             b = region.bbox
             assert row.crop().size == (b.x1 - b.x0, b.y1 - b.y0)
     assert docs[0][1][0].image == str(cache / "pdf" / f"examples-p{middle + 1}.png")
+
+
+def test_a_receipt_crop_is_true_to_what_it_shows_not_to_punctuation_beyond_it() -> None:
+    # 29 characters over 290 px: 10 px each; the colon's middle is at x = 385.
+    text, box = "TOTAL SALES (EXCLUDING GST) :", (100, 10, 390, 30)
+    assert realrows.visible_truth(text, box, (95, 8, 375, 32)) == "TOTAL SALES (EXCLUDING GST)"
+    assert realrows.visible_truth(text, box, (95, 8, 388, 32)) == text  # the colon is in it
+    # A comma whose place the crop only partly holds stays (the box runs past the ink).
+    assert realrows.visible_truth("1/50,", (0, 0, 50, 20), (0, 0, 44, 20)) == "1/50,"
+    # A letter or digit beyond the crop is never dropped: that region is not the line.
+    assert realrows.visible_truth("TOTAL 12.50", (0, 0, 110, 20), (0, 0, 60, 20)) == "TOTAL 12.50"
+    # At the start as at the end, and only what is outside.
+    assert realrows.visible_truth(": 12.50 -", (0, 0, 90, 20), (25, 0, 90, 20)) == "12.50 -"
+    assert realrows.visible_truth(":", (0, 0, 10, 20), (20, 0, 30, 20)) == ":"  # nothing left
