@@ -49,7 +49,7 @@ from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.engines import base
-from ocrfleet.pipeline.regions import reading_order, row_order
+from ocrfleet.pipeline.regions import CORE_MARGIN, reading_order, row_order
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ def split_at_gutters(
         if gray is None:
             gray = np.asarray(page.convert("L"))
         cuts = [x for gap in gaps if (x := _blank_cut(gray, b, gap)) is not None]
-        edges = [b.x0, *sorted(cuts), b.x1]
+        edges = [b.x0, *sorted(set(cuts)), b.x1]  # a narrow middle column: one run, once
         out.extend(
             line.model_copy(update={"bbox": ir.BBox(x0=x0, y0=b.y0, x1=x1, y1=b.y1)})
             for x0, x1 in pairwise(edges)
@@ -285,7 +285,7 @@ def _blank_cut(gray: np.ndarray, b: ir.BBox, gap: tuple[int, int]) -> int | None
     `gap` (left block's right edge, right block's left edge), if one is GUTTER_BLANK wide.
     Only the middle of the line's height is looked at: detector boxes reach into the
     neighbouring lines' ascenders and descenders."""
-    margin = int(b.height * 0.3)
+    margin = int(b.height * CORE_MARGIN)
     core = gray[b.y0 + margin : max(b.y1 - margin, b.y0 + margin + 1), b.x0 : b.x1]
     if core.size == 0:
         return None

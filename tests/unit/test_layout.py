@@ -146,6 +146,15 @@ def test_a_line_drawn_across_a_gutter_is_cut_in_the_blank_between_the_columns():
     figure = Block(ir.Category.figure, box(365, 15, 700, 80), 0.9)
     for blocks in ([left], [left, below], [left, figure]):
         assert split_at_gutters(page, blocks, [across]) == [across]
+    # A narrow middle column whose word sits near one edge: both gaps find the same blank
+    # run, and the line is cut there once (no piece of no width).
+    three, _ = draw_page(
+        (900, 120), [(20, 20, "left words"), (318, 20, "b"), (560, 20, "right side")], 28
+    )
+    middle = Block(ir.Category.text, box(300, 15, 360, 60), 0.9)
+    far = Block(ir.Category.text, box(540, 15, 760, 60), 0.9)
+    pieces = split_at_gutters(three, [left, middle, far], [line(10, 14, 740, 54)])
+    assert len(pieces) == 2 and all(p.bbox.width > 0 for p in pieces)
     # No blank run half the line's height wide near the gap (word gaps): kept whole.
     tight, _ = draw_page((900, 200), [(20, 20, "left column words right side text")], font_size=28)
     assert split_at_gutters(tight, [left, right], [across]) == [across]
