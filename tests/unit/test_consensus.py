@@ -50,17 +50,17 @@ def scorer(readers) -> ConsensusScorer:
 def _uw3(n: int) -> list[tuple[Image.Image, str]]:
     if not UW3.is_dir():
         pytest.skip(f"no UW3 lines under {UW3} (set OCRFLEET_REALDOCS)")
-    out = []
-    for png in sorted(UW3.glob("*.png"))[:n]:
-        truth = " ".join(png.with_suffix("").with_suffix(".gt.txt").read_text().split())
-        out.append((load_image(png.read_bytes()), truth))
-    return out
+    return [_line(png) for png in sorted(UW3.glob("*.png"))[:n]]
 
 
 def _uw3_line(name: str) -> tuple[Image.Image, str]:
     png = UW3 / f"{name}.png"
     if not png.is_file():
         pytest.skip(f"no UW3 line {png}")
+    return _line(png)
+
+
+def _line(png: Path) -> tuple[Image.Image, str]:
     truth = " ".join(png.with_suffix("").with_suffix(".gt.txt").read_text().split())
     return load_image(png.read_bytes()), truth
 
@@ -490,6 +490,27 @@ def test_the_second_stage_decides_without_the_third_reader(readers) -> None:
     engine = calibration.threshold("rapidocr", "text")
     early, cut = calibration.second_stage("rapidocr")
     trees, platt = calibration.trees, calibration.calibration
+    # What each unit's evidence says, whatever the threshold: (early, screened bound or
+    # None, upper, lower, second, second's log-odds).
+    evidence = []
+    for u in units:
+        alone = ConsensusFeatures(SETTINGS, readers).compute([u], readers=("tesseract",))[0]
+        unread = ConsensusFeatures(SETTINGS, readers).compute([u], readers=())[0]
+        screened = calibration.screen.raw(unread[None])[0] < calibration.screen_cut("rapidocr")
+        bound = platt(trees.upper_raw(*(a[None] for a in optimistic(unread, "rapidocr"))))[0]
+        evidence.append(
+            (
+                _early(calibration, unread),
+                bound if screened else None,
+                platt(
+                    trees.upper_raw(*(a[None] for a in optimistic(alone, "rapidocr", ["easyocr"])))
+                )[0],
+                platt(
+                    trees.lower_raw(*(a[None] for a in pessimistic(alone, "rapidocr", ["easyocr"])))
+                )[0],
+                *_second_stage(calibration, u, readers),
+            )
+        )
     accepted = sent = 0
     # The engine's threshold, and a region threshold stricter than it (a tenant's policy):
     # the early accept must reach that too, so right lines it would take alone are left
@@ -498,33 +519,24 @@ def test_the_second_stage_decides_without_the_third_reader(readers) -> None:
         counting = [_Counting(r) for r in readers]
         scores = ConsensusScorer(SETTINGS, counting).score_against(units, lambda u, t=threshold: t)
         asked = 0
-        for u, s in zip(units, scores, strict=True):
-            alone = ConsensusFeatures(SETTINGS, readers).compute([u], readers=("tesseract",))[0]
-            upper = platt(
-                trees.upper_raw(*(a[None] for a in optimistic(alone, "rapidocr", ["easyocr"])))
-            )
-            lower = platt(
-                trees.lower_raw(*(a[None] for a in pessimistic(alone, "rapidocr", ["easyocr"])))
-            )
-            second, second_raw = _second_stage(calibration, u, readers)
-            unread = ConsensusFeatures(SETTINGS, readers).compute([u], readers=())[0]
-            right = _early(calibration, unread)
+        for s, (right, bound, upper, lower, second, second_raw) in zip(
+            scores, evidence, strict=True
+        ):
             if right >= max(calibration.early_threshold("rapidocr"), threshold):
                 assert s.verdict == ir.Verdict.scored and s.score == right
                 continue  # accepted before any re-read
-            if calibration.screen.raw(unread[None])[0] < calibration.screen_cut("rapidocr"):
-                bound = platt(trees.upper_raw(*(a[None] for a in optimistic(unread, "rapidocr"))))
-                assert s.verdict == ir.Verdict.bounded and s.score == bound[0]
+            if bound is not None:
+                assert s.verdict == ir.Verdict.bounded and s.score == bound
                 continue  # screened out before any re-read, at the best any re-read could give
             if s.verdict == ir.Verdict.bounded and s.score < threshold:
                 continue  # out of reach before EasyOCR (first stage, or the exact bound)
-            if lower[0] >= threshold:
-                assert s.verdict == ir.Verdict.scored and s.score == lower[0]
+            if lower >= threshold:
+                assert s.verdict == ir.Verdict.scored and s.score == lower
             elif second >= max(early, threshold):
                 assert s.verdict == ir.Verdict.scored and s.score == second
                 accepted += 1
             elif second_raw < cut:
-                assert s.verdict == ir.Verdict.bounded and s.score == upper[0]
+                assert s.verdict == ir.Verdict.bounded and s.score == upper
                 sent += 1
             else:
                 asked += 1

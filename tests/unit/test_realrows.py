@@ -128,7 +128,7 @@ def test_a_pdf_text_layer_gives_one_row_per_line_on_the_page_production_renders(
 
 
 def test_a_receipt_crop_is_true_to_what_it_shows_not_to_punctuation_beyond_it() -> None:
-    # 29 characters over 290 px: 10 px each; the colon's middle is at x = 385.
+    # 29 characters over 290 px: 10 px each; the colon's place is x = 380-390.
     text, box = "TOTAL SALES (EXCLUDING GST) :", (100, 10, 390, 30)
     assert realrows.visible_truth(text, box, (95, 8, 375, 32)) == "TOTAL SALES (EXCLUDING GST)"
     assert realrows.visible_truth(text, box, (95, 8, 388, 32)) == text  # the colon is in it
