@@ -36,7 +36,11 @@ page.
 
     python bench/det_side.py [--sides 2000,1600,1280] [--per-set 6]
     python bench/det_side.py --sides 2000/inf,2000/1.7   # whole pages against bands
+    python bench/det_side.py --sides 2000+fp32,2000+int8 --per-set 10   # the detector's weights
                              [--sets tesseract_test,olmocr,uw3,receipts]
+
+A side `SIDE[/MPX][+PRECISION]` also picks the detector's weights (`OCRFLEET_DET_PRECISION`:
+int8 or fp32; unset: the default).
 
 Prints one line per page and side, then a table per set and side: word recall (hits/words
 summed over the set), detector input megapixels, detector seconds, page seconds, peak RSS,
@@ -125,7 +129,8 @@ def child(spec: str) -> None:
     from ocrfleet.pipeline import split
     from ocrfleet.toolkit import load_toolkit
 
-    settings = Settings()
+    spec, _, precision = spec.partition("+")
+    settings = Settings(**({"det_precision": precision} if precision else {}))
     toolkit = load_toolkit(settings)
     lines = toolkit.line_detector
     side, _, window_mpx = spec.partition("/")
@@ -230,7 +235,8 @@ def main() -> None:
         "--sides",
         default="2000,1600,1280",
         help="first one is the baseline; SIDE/MPX also sets the detection window's budget "
-        "(megapixels at detection scale, `tiles.MAX_PIXELS`; inf: none)",
+        "(megapixels at detection scale, `tiles.MAX_PIXELS`; inf: none); +int8 or +fp32 "
+        "the detector's weights",
     )
     parser.add_argument("--per-set", type=int, default=6)
     parser.add_argument("--sets", default=",".join(SETS))

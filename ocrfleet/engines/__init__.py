@@ -27,9 +27,9 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
 def load_detector(settings: Settings) -> Detector:
     """The region detector: layout blocks over RapidOCR's text lines (`OCRFLEET_LAYOUT=rapid`)
     or the text lines alone (`lines`)."""
-    from ocrfleet.engines.rapidocr import RapidDetector
+    from ocrfleet.engines.rapidocr import DET_MODELS, RapidDetector
 
-    lines = RapidDetector(threads=settings.onnx_threads)
+    lines = RapidDetector(DET_MODELS[settings.det_precision], threads=settings.onnx_threads)
     if settings.layout == "lines":
         return lines
     from ocrfleet.engines.layout import LayoutDetector
@@ -57,9 +57,9 @@ def describe_engines(settings: Settings) -> dict[str, Any]:
     """Names and versions of the detector and recognisers, without loading any model (for
     run_id: a version changes when a model file, engine version or output parameter does),
     and the per-call timeout, after which a reading is an error."""
-    from ocrfleet.engines.rapidocr import detector_version
+    from ocrfleet.engines.rapidocr import DET_MODELS, detector_version
 
-    detector = {"name": "rapidocr", "version": detector_version()}
+    detector = {"name": "rapidocr", "version": detector_version(DET_MODELS[settings.det_precision])}
     if settings.layout == "rapid":
         from ocrfleet.engines.layout import layout_version
 

@@ -14,6 +14,8 @@ from ocrfleet.config import Settings
 from ocrfleet.engines import base, describe_engines, load_detector, load_recognisers
 from ocrfleet.engines.rapidocr import (
     DET_MODEL,
+    DET_MODEL_INT8,
+    DET_MODELS,
     RapidDetector,
     RapidRecogniser,
     bucket_width,
@@ -116,6 +118,8 @@ def test_missing_model_is_a_clear_error_never_a_download(tmp_path):
         with pytest.raises(FileNotFoundError, match="never downloaded") as info:
             build()
         assert str(missing) in str(info.value)
+    with pytest.raises(FileNotFoundError, match="OCRFLEET_DET_PRECISION=fp32"):
+        RapidDetector(model_path=tmp_path / DET_MODEL_INT8.name)
 
 
 def test_recognition_model_without_an_embedded_alphabet_is_refused():
@@ -128,8 +132,8 @@ def test_versions_are_stable_and_follow_the_model_bytes(tmp_path, rapid, detecto
     assert rapid.version == recogniser_version() == RapidRecogniser(batch_size=2).version
     assert detector.version == detector_version()
     assert rapid.version != detector.version
-    copy = tmp_path / DET_MODEL.name
-    shutil.copyfile(DET_MODEL, copy)
+    copy = tmp_path / DET_MODEL_INT8.name
+    shutil.copyfile(DET_MODEL_INT8, copy)
     assert detector_version(copy) == detector.version
     with copy.open("r+b") as fh:
         fh.seek(-1, 2)
@@ -293,6 +297,55 @@ def test_engines_load_by_name_in_settings_order():
         "name": "rapidocr",
         "version": lines.version,
     }
+
+
+def test_detector_precision_picks_the_model_and_enters_the_run():
+    int8, fp32 = (
+        load_detector(Settings(layout="lines", det_precision=p)) for p in ("int8", "fp32")
+    )
+    assert (int8.version, fp32.version) == (detector_version(), detector_version(DET_MODEL))
+    assert int8.version != fp32.version
+    assert describe_engines(Settings(layout="lines"))["detector"]["version"] == int8.version
+    described = describe_engines(Settings(layout="lines", det_precision="fp32"))
+    assert described["detector"]["version"] == fp32.version
+
+
+def test_the_int8_detector_is_quantised_and_finds_the_lines_fp32_finds():
+    # Quantisation moves a box's ends by a few pixels and now and then splits a line at a
+    # word gap the other keeps (3 of 118 lines on 8087); the ink the two cover is the same.
+    import onnx
+
+    ops = {node.op_type for node in onnx.load(str(DET_MODEL_INT8)).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    folder = REALDOCS / "tesseract_test"
+    if not folder.is_dir():
+        pytest.skip(f"no real documents under {REALDOCS} (set OCRFLEET_REALDOCS)")
+    for name in ("phototest.tif", "8087_054.3B.tif"):
+        page = Image.open(folder / name).convert("RGB")
+        int8, fp32 = ([r.bbox for r in RapidDetector(m).detect(page)] for m in DET_MODELS.values())
+        assert abs(len(int8) - len(fp32)) <= 0.05 * len(fp32), name
+        for ours, theirs in ((int8, fp32), (fp32, int8)):
+            covered = [box for box in ours if _covered(box, theirs) >= 0.8]
+            assert len(covered) >= 0.95 * len(ours), name
+
+
+@pytest.mark.parametrize("shade", [0, 128, 230, 255])
+def test_a_page_of_one_colour_has_no_lines(shade):
+    # The int8 model is not calibrated for a flat input: it drew boxes on a plain 400 x 300
+    # page until the detector stopped running it on one.
+    for model in DET_MODELS.values():
+        for size in ((400, 300), (1700, 2200)):
+            assert RapidDetector(model).detect(Image.new("RGB", size, (shade,) * 3)) == []
+
+
+def _covered(box: ir.BBox, others: list[ir.BBox]) -> float:
+    """The share of `box` under `others` (a detector's boxes barely overlap each other)."""
+    inside = 0
+    for other in others:
+        w = min(box.x1, other.x1) - max(box.x0, other.x0)
+        h = min(box.y1, other.y1) - max(box.y0, other.y0)
+        inside += max(0, w) * max(0, h)
+    return min(1.0, inside / max(1, (box.x1 - box.x0) * (box.y1 - box.y0)))
 
 
 def test_tesseract_language_comes_from_settings():
