@@ -15,7 +15,9 @@ detector finds the text lines, and the page's regions are built from both.
   found is lost when the layout model misses a block.
 - A line the line detector drew across the gutter between two side-by-side blocks (two
   columns whose lines stand level) is split in the widest blank run near the gutter, so
-  each column's text is read in its column (`split_at_gutters`).
+  each column's text is read in its column (`split_at_gutters`). A line that reaches only
+  a little way across a gutter, over the end of a line the neighbouring column already
+  holds, loses that end at the blank run (`trim_overreach`): it would be read twice.
 
 Reading order: headers first and footers last, outside the flow. The other blocks are
 split into rows at whitespace at least ROW_GAP text lines high across the whole page;
@@ -86,6 +88,11 @@ PAGE_FIGURE_SHARE = 0.5
 # gaps 13-34 px (0.20-0.52).
 GUTTER_REACH = 1.0
 GUTTER_BLANK = 0.5
+# A line reaching less than GUTTER_REACH into a side-by-side block loses the part past the
+# blank run at their gap where other lines of the same row hold this share of that part's
+# ink columns (UNLV 8071: "y dignity and concern…", the last letter of the left column's
+# "tenderly" read again at the start of the right column's line).
+OVERREACH_COVER = 0.5
 
 CDLA_CLASSES = {
     "text": ir.Category.text,
@@ -143,6 +150,7 @@ def layout_version(model_path: Path | None = None) -> str:
                 [MODEL_SCORE, KEEP_SCORE, TABLE_SCORE, NMS_IOU, OVERLAP_SHARE, LINE_SHARE],
                 [ROW_GAP, FIGURE_TEXT_SHARE, PAGE_FIGURE_SHARE, "flow", FLOW_MAX_BLOCKS],
                 ["gutter split", GUTTER_REACH, GUTTER_BLANK],
+                ["overreach trim", OVERREACH_COVER],
                 "figure lines read",
                 "nested blocks merge",
                 sorted(CDLA_CLASSES.items()),
@@ -212,9 +220,8 @@ class LayoutDetector:
     def detect(self, page: Image.Image) -> list[ir.Region]:
         blocks = self.blocks(page)
         lines = self.lines.detect(page)  # type: ignore[attr-defined]
-        return build_regions(
-            blocks, split_at_gutters(page, blocks, lines), page.width * page.height
-        )
+        lines = trim_overreach(page, blocks, split_at_gutters(page, blocks, lines))
+        return build_regions(blocks, lines, page.width * page.height)
 
     def plan(self, width: int, height: int) -> ir.DetectionPlan:
         """The layout model sees the whole page; text lines are found as their detector plans."""
@@ -280,19 +287,90 @@ def split_at_gutters(
     return out
 
 
-def _blank_cut(gray: np.ndarray, b: ir.BBox, gap: tuple[int, int]) -> int | None:
-    """The middle of the widest blank run of line `b` within a line height of the blocks'
-    `gap` (left block's right edge, right block's left edge), if one is GUTTER_BLANK wide.
-    Only the middle of the line's height is looked at: detector boxes reach into the
-    neighbouring lines' ascenders and descenders."""
+def trim_overreach(
+    page: Image.Image, blocks: Sequence[Block], lines: list[ir.Region]
+) -> list[ir.Region]:
+    """`lines`, each one that reaches a little way into a side-by-side text block over
+    another line's end cut back at the blank run near their gap (module docstring)."""
+    gray: np.ndarray | None = None
+    out: list[ir.Region] = []
+    for line in lines:
+        b = line.bbox
+        middle = (b.y0 + b.y1) / 2
+        beside = [
+            block.bbox
+            for block in blocks
+            if block.category.has_text
+            and block.bbox.y0 <= middle <= block.bbox.y1
+            and min(b.x1, block.bbox.x1) > max(b.x0, block.bbox.x0)
+        ]
+        home = max(beside, key=lambda bbox: _overlap_x(b, bbox), default=None)
+        x0, x1 = b.x0, b.x1
+        for other in beside:
+            reach = _overlap_x(b, other)
+            if other is home or reach >= GUTTER_REACH * b.height or _stacked(home, other, 0.0):
+                continue
+            left = other.x0 < home.x0
+            gap = (other.x1, home.x0) if left else (home.x1, other.x0)
+            if gray is None:
+                gray = np.asarray(page.convert("L"))
+            cut = _blank_cut(gray, b, gap)
+            if cut is None:
+                continue
+            piece = (
+                ir.BBox(x0=b.x0, y0=b.y0, x1=cut, y1=b.y1)
+                if left
+                else ir.BBox(x0=cut, y0=b.y0, x1=b.x1, y1=b.y1)
+            )
+            if _read_by_row(gray, piece, [o.bbox for o in lines if o is not line]):
+                x0, x1 = (cut, x1) if left else (x0, cut)
+        if (x0, x1) == (b.x0, b.x1):
+            out.append(line)
+        else:
+            out.append(line.model_copy(update={"bbox": ir.BBox(x0=x0, y0=b.y0, x1=x1, y1=b.y1)}))
+    return out
+
+
+def _overlap_x(a: ir.BBox, b: ir.BBox) -> int:
+    return max(0, min(a.x1, b.x1) - max(a.x0, b.x0))
+
+
+def _read_by_row(gray: np.ndarray, piece: ir.BBox, others: Sequence[ir.BBox]) -> bool:
+    """Whether lines of the piece's row (sharing half the lower one's height) hold
+    OVERREACH_COVER of its ink columns."""
+    ink = _ink_columns(gray, piece)
+    if ink is None or not ink.any():
+        return False
+    held = np.zeros_like(ink)
+    for other in others:
+        level = min(piece.y1, other.y1) - max(piece.y0, other.y0)
+        if level >= 0.5 * min(piece.height, other.height):
+            held[max(other.x0 - piece.x0, 0) : max(other.x1 - piece.x0, 0)] = True
+    return bool((ink & held).sum() >= OVERREACH_COVER * ink.sum())
+
+
+def _ink_columns(gray: np.ndarray, b: ir.BBox) -> np.ndarray | None:
+    """Per column of `b`, whether the middle of its height holds ink; None where the line
+    has no contrast to tell ink from paper."""
     margin = int(b.height * CORE_MARGIN)
     core = gray[b.y0 + margin : max(b.y1 - margin, b.y0 + margin + 1), b.x0 : b.x1]
     if core.size == 0:
         return None
     dark, light = np.percentile(core, 5), np.percentile(core, 95)
-    if light - dark < 32:  # no contrast: nothing to tell ink from paper
+    if light - dark < 32:
         return None
-    blank = ~(core < (dark + light) / 2).any(axis=0)
+    return (core < (dark + light) / 2).any(axis=0)
+
+
+def _blank_cut(gray: np.ndarray, b: ir.BBox, gap: tuple[int, int]) -> int | None:
+    """The middle of the widest blank run of line `b` within a line height of the blocks'
+    `gap` (left block's right edge, right block's left edge), if one is GUTTER_BLANK wide.
+    Only the middle of the line's height is looked at: detector boxes reach into the
+    neighbouring lines' ascenders and descenders."""
+    ink = _ink_columns(gray, b)
+    if ink is None:
+        return None
+    blank = ~ink
     lo = max(min(gap) - b.height, b.x0) - b.x0
     hi = min(max(gap) + b.height, b.x1) - b.x0
     best: tuple[int, int] | None = None

@@ -15,6 +15,7 @@ from ocrfleet.engines.layout import (
     build_regions,
     resolve_overlaps,
     split_at_gutters,
+    trim_overreach,
 )
 from ocrfleet.pipeline.recognise import READ_AS_LINES, recognise
 from ocrfleet.pipeline.regions import detect_regions
@@ -158,6 +159,27 @@ def test_a_line_drawn_across_a_gutter_is_cut_in_the_blank_between_the_columns():
     # No blank run half the line's height wide near the gap (word gaps): kept whole.
     tight, _ = draw_page((900, 200), [(20, 20, "left column words right side text")], font_size=28)
     assert split_at_gutters(tight, [left, right], [across]) == [across]
+
+
+def test_a_line_reaching_over_the_end_of_the_next_column_line_is_cut_back_at_the_gutter():
+    # The right column's line box starts 20 px inside the left column (under half its
+    # height), over the end of the left line ("words"): that end would be read twice.
+    page, drawn = draw_page(
+        (900, 200), [(20, 20, "left column words"), (370, 20, "right side text")], font_size=28
+    )
+    end = drawn[0].bbox.x1
+    left = Block(ir.Category.text, box(15, 15, end + 5, 140), 0.9)
+    right = Block(ir.Category.text, box(365, 15, 700, 80), 0.9)
+    left_line, right_line = line(10, 14, end + 3, 54), line(end - 15, 14, 640, 54)
+    trimmed = trim_overreach(page, [left, right], [left_line, right_line])
+    assert trimmed[0] == left_line
+    assert drawn[0].bbox.x1 < trimmed[1].bbox.x0 < drawn[1].bbox.x0
+    assert (trimmed[1].bbox.x1, trimmed[1].bbox.y0, trimmed[1].bbox.y1) == (640, 14, 54)
+    # Nobody else reads that end (no line of the row covers it), or the blocks are
+    # stacked: kept as drawn.
+    assert trim_overreach(page, [left, right], [right_line]) == [right_line]
+    below = Block(ir.Category.text, box(15, 60, 700, 140), 0.9)
+    assert trim_overreach(page, [left, below], [left_line, right_line])[1] == right_line
 
 
 @pytest.fixture(scope="module")
