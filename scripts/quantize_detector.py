@@ -4,13 +4,13 @@ the rapidocr wheel (issue 20: the detector was a third of a page's CPU time).
 Static quantisation, QDQ, weights int8 per output channel, activations uint8 with ranges
 from onnxruntime's MinMax calibration (moving average) over the detector's own inputs on
 `--receipts` SROIE receipts of the training set beside realdocs (chosen with a fixed seed),
-read through `RapidDetector` (its resizing and windows). The model is not calibrated for
-an input of one colour (it drew boxes on a plain 400 x 300 page); the detector never runs it
-on one (`rapidocr._one_colour`). Receipts only, so that every other
+read through `RapidDetector` (its resizing and windows). Receipts only, so that every other
 kind of page the benches check it on (books, UNLV scans, olmOCR PDFs, UW3) is out of the
-calibration's domain. The model's opset is raised to 17 first (per-channel
-DequantizeLinear needs 13). Calibration and quantisation are deterministic: the same
-inputs give the same file, and this prints its sha256.
+calibration's domain. The model is not calibrated for an input of one colour (it drew boxes
+on a plain 400 x 300 page); the detector never runs it on one (`rapidocr._one_colour`).
+The model's opset is raised to 17 first (per-channel DequantizeLinear needs 13).
+Calibration and quantisation are deterministic: the same inputs give the same file, and
+this prints its sha256.
 
     python scripts/quantize_detector.py [--receipts 6] [--out PATH]
 """

@@ -261,17 +261,7 @@ def split_at_gutters(
     out: list[ir.Region] = []
     for line in lines:
         b = line.bbox
-        middle = (b.y0 + b.y1) / 2
-        reached = sorted(
-            (
-                block.bbox
-                for block in blocks
-                if block.category.has_text
-                and block.bbox.y0 <= middle <= block.bbox.y1
-                and min(b.x1, block.bbox.x1) - max(b.x0, block.bbox.x0) >= GUTTER_REACH * b.height
-            ),
-            key=lambda bbox: bbox.x0,
-        )
+        reached = sorted(_level_blocks(blocks, b, GUTTER_REACH * b.height), key=lambda c: c.x0)
         gaps = [(a.x1, c.x0) for a, c in pairwise(reached) if not _stacked(a, c, 0.0)]
         if not gaps:
             out.append(line)
@@ -296,14 +286,7 @@ def trim_overreach(
     out: list[ir.Region] = []
     for line in lines:
         b = line.bbox
-        middle = (b.y0 + b.y1) / 2
-        beside = [
-            block.bbox
-            for block in blocks
-            if block.category.has_text
-            and block.bbox.y0 <= middle <= block.bbox.y1
-            and min(b.x1, block.bbox.x1) > max(b.x0, block.bbox.x0)
-        ]
+        beside = _level_blocks(blocks, b, 1)
         home = max(beside, key=lambda bbox: _overlap_x(b, bbox), default=None)
         x0, x1 = b.x0, b.x1
         for other in beside:
@@ -329,6 +312,19 @@ def trim_overreach(
         else:
             out.append(line.model_copy(update={"bbox": ir.BBox(x0=x0, y0=b.y0, x1=x1, y1=b.y1)}))
     return out
+
+
+def _level_blocks(blocks: Sequence[Block], b: ir.BBox, least: float) -> list[ir.BBox]:
+    """The text blocks whose height holds line `b`'s middle and that share at least `least`
+    pixels of its width."""
+    middle = (b.y0 + b.y1) / 2
+    return [
+        block.bbox
+        for block in blocks
+        if block.category.has_text
+        and block.bbox.y0 <= middle <= block.bbox.y1
+        and _overlap_x(b, block.bbox) >= least
+    ]
 
 
 def _overlap_x(a: ir.BBox, b: ir.BBox) -> int:

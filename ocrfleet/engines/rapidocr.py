@@ -66,7 +66,7 @@ MODEL_DIR = Path(DEFAULT_CFG_PATH).parent / "models"
 DET_MODEL = MODEL_DIR / "PP-OCRv6_det_small.onnx"
 REC_MODEL = MODEL_DIR / "PP-OCRv6_rec_small.onnx"
 # DET_MODEL quantised to int8 (static, per channel, calibrated on receipts only), built by
-# `scripts/quantize_detector.py`: 0.79x the detector's time on 32 real pages of four kinds,
+# `scripts/quantize_detector.py`: 0.74x the detector's time on 40 real pages of four kinds,
 # with the same word recall (issue 20). The default; `OCRFLEET_DET_PRECISION=fp32` reads with
 # DET_MODEL.
 DET_MODEL_INT8 = Path(__file__).parent / "models" / "PP-OCRv6_det_small.int8.onnx"
