@@ -71,10 +71,14 @@ REC_MODEL = MODEL_DIR / "PP-OCRv6_rec_small.onnx"
 # DET_MODEL.
 DET_MODEL_INT8 = Path(__file__).parent / "models" / "PP-OCRv6_det_small.int8.onnx"
 DET_MODELS = {"int8": DET_MODEL_INT8, "fp32": DET_MODEL}
-WIDTH_STEP = 32  # recogniser inputs are padded to a multiple of this many pixels
-# Width buckets grow geometrically above the model's base width, so the crops of a page fall
-# into a few buckets and model calls fill up; a crop pads at most this share of its width.
-WIDTH_GROWTH = 1.25
+# A crop is read at its own width, rounded up to whole CTC frames (one per WIDTH_STEP
+# columns) and to at least MIN_WIDTH, not padded to rapidocr's 320 or to a shared bucket:
+# padding changes what this model reads (it dropped spaces between words) and costs time.
+# On the truth-box crops of 20 SROIE receipts, CER 0.0238 padded to width buckets (x1.25
+# from 320), 0.0206 at min 320, 0.0199 at min 160, 0.0201 at min 96, with 0.76x the model
+# time at min 160; 100 UW3 lines read the same but for 2 (issue 20, `bench/rec_width.py`).
+WIDTH_STEP = 8
+MIN_WIDTH = 160
 # Crops per model call are capped so that one call's input stays under this many columns:
 # a call takes ~27 MB per 1,000 columns (its output alone holds 18,710 classes per frame, a
 # frame per 8 columns), and larger batches are no faster per crop on a CPU (0.04-0.05 s per
@@ -236,7 +240,7 @@ def _rec_params(root: DictConfig) -> dict[str, Any]:
     return {
         "rec_img_shape": list(root.Rec.rec_img_shape),
         "width_step": WIDTH_STEP,
-        "width_growth": WIDTH_GROWTH,
+        "min_width": MIN_WIDTH,
         "use_cls": False,
         "runtime": _runtime(),
     }
@@ -426,14 +430,9 @@ def _one_colour(array: np.ndarray) -> bool:
     return bool(array.size) and array.min() == array.max()
 
 
-def bucket_width(natural: int, base: int) -> int:
-    """The padded input width of a crop whose height-normalised width is `natural`: `base`
-    (the model's own minimum), else the first of base * WIDTH_GROWTH**k, rounded up to
-    WIDTH_STEP, that holds it."""
-    width = base
-    while width < natural:
-        width = -(-math.ceil(width * WIDTH_GROWTH) // WIDTH_STEP) * WIDTH_STEP
-    return width
+def input_width(natural: int) -> int:
+    """The model input width of a crop whose height-normalised width is `natural`."""
+    return max(MIN_WIDTH, -(-natural // WIDTH_STEP) * WIDTH_STEP)
 
 
 class RapidRecogniser:
@@ -441,13 +440,12 @@ class RapidRecogniser:
 
     rapidocr's own batching pads every crop of a batch to the widest one, and padding
     changes what this model reads (7 of 264 realdocs lines read differently at batch size 1
-    and 16). Here each crop is resized to the model height and padded to a width bucket
-    chosen from its own width alone (`bucket_width`); only crops of the same bucket share a
-    model call, so a crop's input tensor, and hence its text, depends on that crop alone,
-    whatever the batch size and whatever else is on the page. Buckets grow geometrically
-    (`WIDTH_GROWTH`), so a page's crops fall into a few of them and batches fill: one model
-    call per bucket and `batch_size` crops (fewer for wide ones, `WIDTH_BUDGET`). The
-    resize, normalisation, session and CTC decoder are rapidocr's.
+    and 16). Here each crop is resized to the model height and read at its own width
+    (`input_width`); only crops of the same input width share a model call (`batch_size`
+    of them, fewer for wide ones, `WIDTH_BUDGET`), so a crop's input tensor, and hence its
+    text, depends on that crop alone, whatever the batch size and whatever else is on the
+    page. Batches are small, and on a CPU a larger one is no faster per crop. The resize,
+    normalisation, session and CTC decoder are rapidocr's.
     """
 
     name = "rapidocr"
@@ -465,7 +463,7 @@ class RapidRecogniser:
                 "alphabet; use an ONNX export that carries it (the wheel's models do)."
             )
         self._rec = TextRecognizer(root.Rec)
-        _, self._height, self._min_width = (int(v) for v in root.Rec.rec_img_shape)
+        self._height = int(root.Rec.rec_img_shape[1])
         # The model's classes: rapidocr's decoder alphabet, blank first and space last.
         self.charset = (ctc.BLANK, *self._rec.postprocess_op.character[1:])
         self.batch_size = batch_size
@@ -495,7 +493,7 @@ class RapidRecogniser:
     def _read(
         self, crops: Sequence[Image.Image], keys: Sequence[str] | None = None
     ) -> list[tuple[str, float | None, list[ir.Word] | None, ctc.Posterior]]:
-        """(text, confidence, words, posterior) per crop, batched by width bucket; the
+        """(text, confidence, words, posterior) per crop, batched by input width; the
         posteriors are kept in `ctc.RECENT` under the crops' keys."""
         arrays = [_to_bgr(c) for c in crops]
         keys = [ctc.crop_key(c) for c in crops] if keys is None else keys
@@ -530,7 +528,7 @@ class RapidRecogniser:
 
     def _padded_width(self, array: np.ndarray) -> int:
         h, w = array.shape[:2]
-        return bucket_width(math.ceil(self._height * w / h), self._min_width)
+        return input_width(math.ceil(self._height * w / h))
 
     def _normalise(self, array: np.ndarray, width: int) -> np.ndarray:
         """rapidocr's resize_norm_img with an explicit target width."""
