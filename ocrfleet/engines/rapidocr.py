@@ -74,8 +74,8 @@ DET_MODELS = {"int8": DET_MODEL_INT8, "fp32": DET_MODEL}
 # A crop is read at its own width, rounded up to whole CTC frames (one per WIDTH_STEP
 # columns) and to at least MIN_WIDTH, not padded to rapidocr's 320 or to a shared bucket:
 # padding changes what this model reads (it dropped spaces between words) and costs time.
-# On the truth-box crops of 20 SROIE receipts, CER 0.0238 padded to width buckets (x1.25
-# from 320), 0.0206 at min 320, 0.0199 at min 160, 0.0201 at min 96, with 0.76x the model
+# On the truth-box crops of 20 SROIE receipts, CER 0.0261 padded to width buckets (x1.25
+# from 320), 0.0245 at min 320, 0.0239 at min 160, 0.0240 at min 96, with 0.77x the model
 # time at min 160; 100 UW3 lines read the same but for 2 (issue 20, `bench/rec_width.py`).
 WIDTH_STEP = 8
 MIN_WIDTH = 160
