@@ -58,10 +58,38 @@ def receipt_images(count: int) -> list[Path]:
     return [images[int(i * step)] for i in range(min(count, len(images)))]
 
 
+def receipt_lines(receipt: str) -> list[tuple[tuple[int, int, int, int], str, int]]:
+    """(box, transcript, row number in box/<id>.csv) per transcribed line of a receipt: each
+    row holds a quadrilateral's 8 coordinates, then the text; the box bounds the
+    quadrilateral, clipped at the page's top and left edge."""
+    rows = (SROIE / "box" / f"{receipt}.csv").read_text(encoding="utf-8", errors="replace")
+    lines = []
+    for n, row in enumerate(rows.splitlines()):
+        parts = row.split(",", 8)
+        if len(parts) < 9 or not parts[8].strip():
+            continue
+        xs, ys = [int(v) for v in parts[0:8:2]], [int(v) for v in parts[1:8:2]]
+        lines.append(((max(0, min(xs)), max(0, min(ys)), max(xs), max(ys)), parts[8].strip(), n))
+    return lines
+
+
 def receipt_truth(image: Path) -> str:
-    """A receipt's transcript lines (box/<id>.csv: 8 coordinates, then the text)."""
-    rows = (SROIE / "box" / f"{image.stem}.csv").read_text(encoding="utf-8", errors="replace")
-    return "\n".join(line.split(",", 8)[8] for line in rows.splitlines() if line.count(",") >= 8)
+    """A receipt's transcript lines."""
+    return "\n".join(text for _, text, _ in receipt_lines(image.stem))
+
+
+def receipt_crops(images: list[Path]) -> tuple[list[Image.Image], list[str]]:
+    """The line crops of receipts cut at their transcript boxes, with the transcripts; boxes
+    of 4 px or less either way (slivers) are left out."""
+    crops, truths = [], []
+    for image in images:
+        with Image.open(image) as opened:
+            page = opened.convert("RGB")
+        for (left, top, right, bottom), text, _ in receipt_lines(image.stem):
+            if right - left > 4 and bottom - top > 4:
+                crops.append(page.crop((left, top, right, bottom)))
+                truths.append(text)
+    return crops, truths
 
 
 def olmocr_truth() -> dict[tuple[str, int], str]:

@@ -23,14 +23,12 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.corpus import REALDOCS  # noqa: E402
+from bench.corpus import REALDOCS, SROIE, receipt_crops  # noqa: E402
 from ocrfleet.engines.easyocr import EasyOCRRecogniser  # noqa: E402
 from ocrfleet.engines.rapidocr import RapidRecogniser  # noqa: E402
 from ocrfleet.metrics import levenshtein  # noqa: E402
 from ocrfleet.pipeline.images import load_image  # noqa: E402
 from ocrfleet.scorers import ctc  # noqa: E402
-
-SROIE = REALDOCS.parent / "train" / "sroie"
 
 
 def _uw3_lines(count: int) -> tuple[list[Image.Image], list[str]]:
@@ -46,22 +44,15 @@ def _sroie_lines(count: int) -> tuple[list[Image.Image], list[str]]:
     """The annotated line boxes of every 15th receipt, cut from the scan, up to `count`."""
     crops: list[Image.Image] = []
     truth: list[str] = []
-    for csv in sorted((SROIE / "box").glob("*.csv"))[::15]:
-        page = load_image((SROIE / "images" / f"{csv.stem}.jpg").read_bytes())
-        for row in csv.read_text(encoding="utf-8").splitlines():
-            parts = row.split(",", 8)
-            if len(parts) < 9 or not parts[8].strip():
-                continue
-            xs, ys = [int(v) for v in parts[0:8:2]], [int(v) for v in parts[1:8:2]]
-            box = (max(0, min(xs)), max(0, min(ys)), max(xs), max(ys))
-            if box[2] - box[0] >= 4 and box[3] - box[1] >= 4:
-                crops.append(page.crop(box))
-                truth.append(" ".join(parts[8].split()))
-            if len(crops) == count:
-                return crops, truth
+    for image in sorted((SROIE / "images").glob("*.jpg"))[::15]:
+        more, texts = receipt_crops([image])
+        crops += more
+        truth += (" ".join(text.split()) for text in texts)
+        if len(crops) >= count:
+            break
     if not crops:
         raise SystemExit(f"no SROIE receipts under {SROIE}")
-    return crops, truth
+    return crops[:count], truth[:count]
 
 
 def _cer(texts: list[str], truth: list[str], fold: bool) -> float:

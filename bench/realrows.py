@@ -63,14 +63,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.corpus import REALDOCS  # noqa: E402
+from bench.corpus import REALDOCS, SROIE, receipt_lines  # noqa: E402
 from ocrfleet import ir  # noqa: E402
 from ocrfleet.engines.base import Recogniser  # noqa: E402
 from ocrfleet.pipeline.images import load_image  # noqa: E402
 from ocrfleet.pipeline.regions import crop, detect_regions  # noqa: E402
 from ocrfleet.scorers.consensus import read_with_words  # noqa: E402
 
-SROIE = REALDOCS.parent / "train" / "sroie"
 UW3_BOOK = REALDOCS / "uw3_500_ocropy" / "book"
 OUT = ROOT / "bench" / "out" / "realrows"
 LAYOUT = "rapid"  # the detector's layout setting the rows are detected with
@@ -180,20 +179,6 @@ def match_by_overlap(
 # ---- the sets ---------------------------------------------------------------------------
 
 
-def _sroie_truth(receipt: str) -> list[tuple[tuple[int, int, int, int], str, str]]:
-    """(box, annotation text, line: the 0-based row in box/<id>.csv) per transcribed line."""
-    lines = []
-    csv = (SROIE / "box" / f"{receipt}.csv").read_text(encoding="utf-8")
-    for n, row in enumerate(csv.splitlines()):
-        parts = row.split(",", 8)
-        if len(parts) < 9 or not parts[8].strip():
-            continue
-        xs = [int(v) for v in parts[0:8:2]]
-        ys = [int(v) for v in parts[1:8:2]]
-        lines.append(((min(xs), min(ys), max(xs), max(ys)), parts[8].strip(), str(n)))
-    return lines
-
-
 def sroie_docs(detector, shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[str, list[RealRow]]]:
     for n, csv in enumerate(sorted((SROIE / "box").glob("*.csv"))):
         if n % shard[1] != shard[0]:
@@ -202,7 +187,7 @@ def sroie_docs(detector, shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[str,
         path = str(SROIE / "images" / f"{receipt}.jpg")
         page = _image(path)
         truth = []
-        for box, text, line in _sroie_truth(receipt):
+        for box, text, line in receipt_lines(receipt):
             x0, y0 = max(0, box[0]), max(0, box[1])
             x1, y1 = min(page.width, box[2]), min(page.height, box[3])
             if x1 > x0 and y1 > y0:
@@ -426,7 +411,7 @@ def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
 
 def _matched_box(doc: str, bbox, annotation: str, line: str) -> tuple[int, int, int, int] | None:
     """The ground-truth box of the row's line, if the row's region still matches it."""
-    for box, text, n in _sroie_truth(doc):
+    for box, text, n in receipt_lines(doc):
         if text == annotation and n == line and same_line(bbox, box):
             return box
     return None

@@ -8,13 +8,14 @@ columns, at least `MIN_WIDTH`). This bench reads the same real crops under each 
 
 - `receipts`: the ground-truth box crops of `--receipts` SROIE receipts spread over the set
   (`bench.corpus.receipt_images`), truth their transcripts;
-- `uw3`: the UW-III line images of realdocs/uw3_500_ocropy/lines, truth their .gt.txt.
+- `uw3`: the 500 UW-III line images of realdocs/uw3_500_ocropy/book, truth their .gt.txt.
 
 Policies: `bucket` (the width buckets above) and `own:N` (the crop's own width, at least N
-columns; `own:160` is the shipped one). Each policy reads each set `--rounds` times, the
-policies interleaved; the model time is the least over the rounds.
+columns; `own:96` is the shipped one), each optionally with `+PRECISION`, the recogniser's
+weights (`OCRFLEET_REC_PRECISION`: `int8`, the default, or `fp32`). Each policy reads each
+set `--rounds` times, the policies interleaved; the model time is the least over the rounds.
 
-    python bench/rec_width.py [--policies bucket,own:320,own:160,own:96] [--receipts 20]
+    python bench/rec_width.py [--policies own:96+fp32,own:96+int8] [--receipts 20]
 
 Prints per set and policy: CER (edit distance over truth characters, case and runs of
 whitespace folded: SROIE transcripts are often upper-cased), the crops read differently
@@ -35,7 +36,7 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.corpus import REALDOCS, SROIE, receipt_images  # noqa: E402
+from bench.corpus import REALDOCS, receipt_crops, receipt_images  # noqa: E402
 from ocrfleet.engines import rapidocr  # noqa: E402
 from ocrfleet.metrics import levenshtein  # noqa: E402
 
@@ -57,34 +58,23 @@ def own(least: int) -> Callable[[int], int]:
     return width
 
 
-def policy(name: str) -> Callable[[int], int]:
-    if name == "bucket":
-        return bucket
-    if name.startswith("own:"):
-        return own(int(name[4:]))
-    raise SystemExit(f"unknown policy {name!r}: bucket or own:N")
-
-
-def receipt_crops(count: int) -> tuple[list[Image.Image], list[str]]:
-    crops, truths = [], []
-    for image in receipt_images(count):
-        page = Image.open(image).convert("RGB")
-        rows = (SROIE / "box" / f"{image.stem}.csv").read_text(encoding="utf-8", errors="replace")
-        for row in rows.splitlines():
-            parts = row.split(",", 8)
-            if len(parts) < 9 or not parts[8].strip():
-                continue
-            xs, ys = [int(v) for v in parts[0:8:2]], [int(v) for v in parts[1:8:2]]
-            if max(xs) - min(xs) > 4 and max(ys) - min(ys) > 4:
-                crops.append(page.crop((min(xs), min(ys), max(xs), max(ys))))
-                truths.append(parts[8])
-    return crops, truths
+def policy(name: str) -> tuple[Callable[[int], int], str]:
+    """(input width per crop width, weights) of `bucket` or `own:N`, with `+PRECISION`."""
+    width, _, precision = name.partition("+")
+    if precision not in ("", *rapidocr.REC_MODELS):
+        raise SystemExit(f"unknown precision in {name!r}: one of {sorted(rapidocr.REC_MODELS)}")
+    precision = precision or "int8"
+    if width == "bucket":
+        return bucket, precision
+    if width.startswith("own:"):
+        return own(int(width[4:])), precision
+    raise SystemExit(f"unknown policy {name!r}: bucket or own:N, then +PRECISION")
 
 
 def uw3_crops() -> tuple[list[Image.Image], list[str]]:
-    lines = sorted((REALDOCS / "uw3_500_ocropy" / "lines").glob("*.png"))
+    lines = sorted((REALDOCS / "uw3_500_ocropy" / "book").glob("*/*.bin.png"))
     crops = [Image.open(p).convert("RGB") for p in lines]
-    truths = [p.with_name(p.name.replace(".png", ".gt.txt")).read_text() for p in lines]
+    truths = [p.with_name(p.name.replace(".bin.png", ".gt.txt")).read_text() for p in lines]
     return crops, truths
 
 
@@ -94,20 +84,25 @@ def fold(text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policies", default="bucket,own:320,own:160,own:96")
+    parser.add_argument("--policies", default="own:96+fp32,own:96+int8,own:160+fp32")
     parser.add_argument("--receipts", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     names = args.policies.split(",")
-    widths = {name: policy(name) for name in names}
-    sets = {"receipts": receipt_crops(args.receipts), "uw3": uw3_crops()}
-    recogniser = rapidocr.RapidRecogniser()
-    recogniser.recognise(sets["uw3"][0][:4])  # first-call costs out of the numbers
+    policies = {name: policy(name) for name in names}
+    sets = {"receipts": receipt_crops(receipt_images(args.receipts)), "uw3": uw3_crops()}
+    recognisers = {
+        precision: rapidocr.RapidRecogniser(rapidocr.REC_MODELS[precision])
+        for precision in {precision for _, precision in policies.values()}
+    }
+    for recogniser in recognisers.values():  # first-call costs out of the numbers
+        recogniser.recognise(sets["uw3"][0][:4])
     readings: dict[tuple[str, str], list[str]] = {}
     seconds: dict[tuple[str, str], float] = {}
     for number in range(args.rounds):
         for name in names[number % len(names) :] + names[: number % len(names)]:
-            rapidocr.input_width = widths[name]
+            rapidocr.input_width, precision = policies[name]
+            recogniser = recognisers[precision]
             for set_name, (crops, _) in sets.items():
                 started = time.perf_counter()
                 texts = [text for text, _ in recogniser.recognise(crops)]

@@ -56,8 +56,7 @@ from sqlalchemy import func, select
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.corpus import REALDOCS  # noqa: E402
-from bench.realrows import SROIE, _sroie_truth  # noqa: E402
+from bench.corpus import REALDOCS, SROIE, receipt_lines  # noqa: E402
 from ocrfleet.db import models  # noqa: E402
 from ocrfleet.db.persist import load_page_result  # noqa: E402
 from ocrfleet.db.session import dispose_engines, session_scope  # noqa: E402
@@ -299,7 +298,7 @@ def receipts(count: int) -> list[Path]:
 
 
 def receipt_truth(path: Path) -> str:
-    lines = [text for _, text, _ in _sroie_truth(path.stem)]
+    lines = [text for _, text, _ in receipt_lines(path.stem)]
     return canonical("\n".join(lines), case_sensitive=False)
 
 

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
         description="the text detector's weights: int8 (quantised, the default: 0.75x its time, "
         "the same word recall) or fp32 (the rapidocr wheel's model)",
     )
+    rec_precision: Literal["int8", "fp32"] = Field(
+        "int8",
+        description="the text recogniser's weights: int8 (its backbone's convolutions "
+        "quantised, the default: 0.6x its time) or fp32 (the rapidocr wheel's model)",
+    )
     rec_batch_size: int = Field(16, ge=1)
     tesseract_lang: str = Field("eng", description="tesseract -l value, e.g. eng or eng+chi_sim")
     # Unset: the scorer's own defaults (SCORER_THRESHOLDS; consensus: per engine and category

@@ -77,9 +77,13 @@ def describe_engines(settings: Settings) -> dict[str, Any]:
 
 def _load_recogniser(name: str, settings: Settings) -> Recogniser:
     if name == "rapidocr":
-        from ocrfleet.engines.rapidocr import RapidRecogniser
+        from ocrfleet.engines.rapidocr import REC_MODELS, RapidRecogniser
 
-        return RapidRecogniser(batch_size=settings.rec_batch_size, threads=settings.onnx_threads)
+        return RapidRecogniser(
+            REC_MODELS[settings.rec_precision],
+            batch_size=settings.rec_batch_size,
+            threads=settings.onnx_threads,
+        )
     if name == "tesseract":
         from ocrfleet.engines.tesseract import TesseractRecogniser
 
@@ -102,9 +106,9 @@ def _load_recogniser(name: str, settings: Settings) -> Recogniser:
 
 def _recogniser_version(name: str, settings: Settings) -> str:
     if name == "rapidocr":
-        from ocrfleet.engines.rapidocr import recogniser_version
+        from ocrfleet.engines.rapidocr import REC_MODELS, recogniser_version
 
-        return recogniser_version()
+        return recogniser_version(REC_MODELS[settings.rec_precision])
     if name == "tesseract":
         from ocrfleet.engines.tesseract import tesseract_version
 

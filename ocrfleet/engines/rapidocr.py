@@ -66,19 +66,25 @@ MODEL_DIR = Path(DEFAULT_CFG_PATH).parent / "models"
 DET_MODEL = MODEL_DIR / "PP-OCRv6_det_small.onnx"
 REC_MODEL = MODEL_DIR / "PP-OCRv6_rec_small.onnx"
 # DET_MODEL quantised to int8 (static, per channel, calibrated on receipts only), built by
-# `scripts/quantize_detector.py`: 0.74x the detector's time on 40 real pages of four kinds,
+# `scripts/quantize_models.py det`: 0.74x the detector's time on 40 real pages of four kinds,
 # with the same word recall (issue 20). The default; `OCRFLEET_DET_PRECISION=fp32` reads with
 # DET_MODEL.
 DET_MODEL_INT8 = Path(__file__).parent / "models" / "PP-OCRv6_det_small.int8.onnx"
 DET_MODELS = {"int8": DET_MODEL_INT8, "fp32": DET_MODEL}
+# REC_MODEL with its backbone's convolutions in int8 (the neck and output layer float),
+# built by `scripts/quantize_models.py rec`. The default; `OCRFLEET_REC_PRECISION=fp32`
+# reads with REC_MODEL. See README's "CPU cost per page" for what it costs in text.
+REC_MODEL_INT8 = Path(__file__).parent / "models" / "PP-OCRv6_rec_small.int8.onnx"
+REC_MODELS = {"int8": REC_MODEL_INT8, "fp32": REC_MODEL}
 # A crop is read at its own width, rounded up to whole CTC frames (one per WIDTH_STEP
 # columns) and to at least MIN_WIDTH, not padded to rapidocr's 320 or to a shared bucket:
 # padding changes what this model reads (it dropped spaces between words) and costs time.
 # On the truth-box crops of 20 SROIE receipts, CER 0.0261 padded to width buckets (x1.25
 # from 320), 0.0245 at min 320, 0.0239 at min 160, 0.0240 at min 96, with 0.77x the model
-# time at min 160; 100 UW3 lines read the same but for 2 (issue 20, `bench/rec_width.py`).
+# time at min 160 and 0.62x at min 96; 100 UW3 lines read the same but for 2 (issue 20,
+# `bench/rec_width.py`).
 WIDTH_STEP = 8
-MIN_WIDTH = 160
+MIN_WIDTH = 96
 # Crops per model call are capped so that one call's input stays under this many columns:
 # a call takes ~27 MB per 1,000 columns (its output alone holds 18,710 classes per frame, a
 # frame per 8 columns), and larger batches are no faster per crop on a CPU (0.04-0.05 s per
@@ -108,11 +114,13 @@ def _quiet_rapidocr() -> None:
 
 
 def _missing(model: Path) -> NoReturn:
-    if model.name == DET_MODEL_INT8.name:
+    shipped = {DET_MODEL_INT8.name: "DET", REC_MODEL_INT8.name: "REC"}
+    if model.name in shipped:
         raise FileNotFoundError(
-            f"RapidOCR model file {model} is missing. The int8 detector ships inside the "
-            "ocrfleet package and is never downloaded at run time: reinstall ocrfleet, "
-            "rebuild it with scripts/quantize_detector.py, or set OCRFLEET_DET_PRECISION=fp32."
+            f"RapidOCR model file {model} is missing. The int8 models ship inside the "
+            "ocrfleet package and are never downloaded at run time: reinstall ocrfleet, "
+            "rebuild it with scripts/quantize_models.py, or set "
+            f"OCRFLEET_{shipped[model.name]}_PRECISION=fp32."
         )
     raise FileNotFoundError(
         f"RapidOCR model file {model} is missing. The models ship inside the rapidocr "
@@ -251,7 +259,7 @@ def detector_version(model_path: Path = DET_MODEL_INT8) -> str:
     return _version(Path(model_path), _det_params(ParseParams.load(DEFAULT_CFG_PATH)))
 
 
-def recogniser_version(model_path: Path = REC_MODEL) -> str:
+def recogniser_version(model_path: Path = REC_MODEL_INT8) -> str:
     """The recogniser's version without loading the model (for run_id)."""
     return _version(Path(model_path), _rec_params(ParseParams.load(DEFAULT_CFG_PATH)))
 
@@ -451,7 +459,7 @@ class RapidRecogniser:
     name = "rapidocr"
 
     def __init__(
-        self, model_path: Path = REC_MODEL, batch_size: int = 16, threads: int | None = None
+        self, model_path: Path = REC_MODEL_INT8, batch_size: int = 16, threads: int | None = None
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
