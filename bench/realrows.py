@@ -191,7 +191,7 @@ def sroie_docs(detector, shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[str,
             x0, y0 = max(0, box[0]), max(0, box[1])
             x1, y1 = min(page.width, box[2]), min(page.height, box[3])
             if x1 > x0 and y1 > y0:
-                truth.append(((x0, y0, x1, y1), text, line))
+                truth.append(((x0, y0, x1, y1), text, str(line)))
         regions = detect_regions(page, detector)
         detected = [r.bbox.as_tuple() for r in regions]
         matched = match_by_overlap(detected, [box for box, _, _ in truth])
@@ -386,16 +386,16 @@ def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
             for key, value in record["reads"].items()
         }
         bbox = None if record["bbox"] is None else tuple(record["bbox"])
-        annotation = record["truth"]
-        truth = audited(set_name, record["doc"], record["line"], annotation)
+        annotation, line_id = record["truth"], str(record["line"])
+        truth = audited(set_name, record["doc"], line_id, annotation)
         if set_name == "sroie" and record["source"] == "det":
-            box = _matched_box(record["doc"], bbox, annotation, record["line"])
+            box = _matched_box(record["doc"], bbox, annotation, line_id)
             if box is None:
                 continue  # cached under a looser matching rule
             truth = visible_truth(truth, box, bbox)
         row = RealRow(
             record["set"], record["doc"], record["id"], record["source"], record["image"],
-            bbox, truth, record["case_sensitive"], reads, record["line"],
+            bbox, truth, record["case_sensitive"], reads, line_id,
         )  # fmt: skip
         if ctc and row.source in CTC_SOURCES[set_name]:
             found = evidence.get(crop_id(row))
@@ -412,7 +412,7 @@ def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
 def _matched_box(doc: str, bbox, annotation: str, line: str) -> tuple[int, int, int, int] | None:
     """The ground-truth box of the row's line, if the row's region still matches it."""
     for box, text, n in receipt_lines(doc):
-        if text == annotation and n == line and same_line(bbox, box):
+        if text == annotation and str(n) == line and same_line(bbox, box):
             return box
     return None
 
