@@ -18,7 +18,7 @@ from pathlib import Path
 from PIL import Image, PngImagePlugin
 
 from ocrfleet.config import Settings
-from ocrfleet.pipeline.images import encode_png
+from ocrfleet.pipeline.images import encode_png, load_image
 from ocrfleet.pipeline.split import iter_pages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,8 +83,7 @@ def receipt_crops(images: list[Path]) -> tuple[list[Image.Image], list[str]]:
     of 4 px or less either way (slivers) are left out."""
     crops, truths = [], []
     for image in images:
-        with Image.open(image) as opened:
-            page = opened.convert("RGB")
+        page = load_image(image.read_bytes())
         for (left, top, right, bottom), text, _ in receipt_lines(image.stem):
             if right - left > 4 and bottom - top > 4:
                 crops.append(page.crop((left, top, right, bottom)))

@@ -12,7 +12,7 @@ columns, at least `MIN_WIDTH`). This bench reads the same real crops under each 
 
 Policies: `bucket` (the width buckets above) and `own:N` (the crop's own width, at least N
 columns; `own:96` is the shipped one), each optionally with `+PRECISION`, the recogniser's
-weights (`OCRFLEET_REC_PRECISION`: `int8`, the default, or `fp32`). Each policy reads each
+weights (`OCRFLEET_REC_PRECISION`: `fp32`, the default, or `int8`). Each policy reads each
 set `--rounds` times, the policies interleaved; the model time is the least over the rounds.
 
     python bench/rec_width.py [--policies own:96+fp32,own:96+int8] [--receipts 20]
@@ -63,7 +63,7 @@ def policy(name: str) -> tuple[Callable[[int], int], str]:
     width, _, precision = name.partition("+")
     if precision not in ("", *rapidocr.REC_MODELS):
         raise SystemExit(f"unknown precision in {name!r}: one of {sorted(rapidocr.REC_MODELS)}")
-    precision = precision or "int8"
+    precision = precision or "fp32"
     if width == "bucket":
         return bucket, precision
     if width.startswith("own:"):
