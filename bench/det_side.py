@@ -133,8 +133,11 @@ def child(spec: str) -> None:
     settings = Settings(**({"det_precision": precision} if precision else {}))
     toolkit = load_toolkit(settings)
     lines = toolkit.line_detector
+    spec, _, text_height = spec.partition("@")
     side, _, window_mpx = spec.partition("/")
     lines._max_side = int(side)  # type: ignore[attr-defined]
+    if text_height:
+        lines._text_height = int(text_height)  # type: ignore[attr-defined]
     if window_mpx:
         lines._max_pixels = float(window_mpx) * 1e6  # type: ignore[attr-defined]
     spent = [0.0, 0, 0]  # detect seconds, detect calls, model input pixels
@@ -175,7 +178,7 @@ def child(spec: str) -> None:
         page_s = time.perf_counter() - started
         result = processed.result
         text = "\n".join(result.region_text(r.number) for r in result.regions)
-        plan = lines.plan(*processed.image.size)  # type: ignore[attr-defined]
+        plan = lines.last_plan  # type: ignore[attr-defined]
         reply = {
             "det_s": spent[0],
             "det_calls": spent[1],

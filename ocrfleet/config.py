@@ -63,6 +63,14 @@ class Settings(BaseSettings):
         description="the text detector's weights: int8 (quantised, the default: 0.75x its time, "
         "the same word recall) or fp32 (the rapidocr wheel's model)",
     )
+    det_text_height: int = Field(
+        28,
+        ge=0,
+        le=200,
+        description="text lines' height (px) the detector needs: a page whose text is taller "
+        "is read at a smaller scale, found by a survey of the page (0.5x the detector's time, "
+        "the same word recall on real pages); 0: every page at the detector's own scale",
+    )
     rec_precision: Literal["int8", "fp32"] = Field(
         "fp32",
         description="the text recogniser's weights: fp32 (the rapidocr wheel's model, the "

@@ -341,16 +341,16 @@ def output_sha256(result: ir.PageResult) -> str:
 
 def page_params(ctx: Context, processed: ProcessedPage) -> dict[str, Any]:
     """The effective parameters of this page's processing, recorded beside its output: the
-    run, the size it was read at (upright), the turn that made it upright and how it was
-    detected."""
+    run, the size it was read at (upright), the turn that made it upright and how its lines
+    were detected (not for a page read from its text layer)."""
     image = processed.image
-    plan = ctx.toolkit.detector.plan(image.width, image.height)
+    detection = processed.detection
     return {
         "run_id": ctx.own_run_id,
         "width": image.width,
         "height": image.height,
         "orientation": processed.orientation.model_dump(mode="json"),
-        "detection": plan.model_dump(mode="json"),
+        **({"detection": detection.model_dump(mode="json")} if detection else {}),
         **text_layer_params(processed),
     }
 

@@ -29,7 +29,11 @@ def load_detector(settings: Settings) -> Detector:
     or the text lines alone (`lines`)."""
     from ocrfleet.engines.rapidocr import DET_MODELS, RapidDetector
 
-    lines = RapidDetector(DET_MODELS[settings.det_precision], threads=settings.onnx_threads)
+    lines = RapidDetector(
+        DET_MODELS[settings.det_precision],
+        threads=settings.onnx_threads,
+        text_height=settings.det_text_height,
+    )
     if settings.layout == "lines":
         return lines
     from ocrfleet.engines.layout import LayoutDetector
@@ -59,7 +63,8 @@ def describe_engines(settings: Settings) -> dict[str, Any]:
     and the per-call timeout, after which a reading is an error."""
     from ocrfleet.engines.rapidocr import DET_MODELS, detector_version
 
-    detector = {"name": "rapidocr", "version": detector_version(DET_MODELS[settings.det_precision])}
+    version = detector_version(DET_MODELS[settings.det_precision], settings.det_text_height)
+    detector = {"name": "rapidocr", "version": version}
     if settings.layout == "rapid":
         from ocrfleet.engines.layout import layout_version
 

@@ -25,8 +25,10 @@ class Detector(Protocol):
         """Regions in reading order, numbered from 1."""
         ...
 
-    def plan(self, width: int, height: int) -> ir.DetectionPlan:
-        """How a page of this size is detected (whole or on tiles), for the page's params."""
+    @property
+    def last_plan(self) -> ir.DetectionPlan | None:
+        """How the last `detect` call covered its page (whole or on tiles, at what scale),
+        for the page's params; None before the first."""
         ...
 
 

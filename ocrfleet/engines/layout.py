@@ -223,9 +223,10 @@ class LayoutDetector:
         lines = trim_overreach(page, blocks, split_at_gutters(page, blocks, lines))
         return build_regions(blocks, lines, page.width * page.height)
 
-    def plan(self, width: int, height: int) -> ir.DetectionPlan:
+    @property
+    def last_plan(self) -> ir.DetectionPlan | None:
         """The layout model sees the whole page; text lines are found as their detector plans."""
-        return self.lines.plan(width, height)  # type: ignore[attr-defined]
+        return self.lines.last_plan  # type: ignore[attr-defined, no-any-return]
 
 
 def resolve_overlaps(found: list[Block]) -> list[Block]:

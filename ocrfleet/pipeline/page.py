@@ -30,6 +30,7 @@ class ProcessedPage:
     image: Image.Image
     orientation: ir.Orientation
     text_layer: textlayer.Judgement | None = None  # a PDF page's own text, judged
+    detection: ir.DetectionPlan | None = None  # how its lines were found (None: not detected)
 
 
 def process_png(page_number: int, data: bytes, toolkit: Toolkit) -> ProcessedPage:
@@ -49,7 +50,7 @@ def process_image(
     scored and decided as any engine's, and the page is not OCRed (but turned upright with
     its layer when its lines run sideways or upside down)."""
     settings = toolkit.settings
-    judged = None
+    judged = detection = None
     if settings.text_layer == "use" and text_layer is not None:
         judged = textlayer.judge(text_layer, image)
     if judged is not None and judged.good:
@@ -68,6 +69,7 @@ def process_image(
         image, orientation = _upright(image, toolkit)
         release_memory()  # each stage's peak on its own, not on what the last one freed
         regions = detect_regions(image, toolkit.detector)
+        detection = toolkit.detector.last_plan
         release_memory()
         candidates = recognise(
             image,
@@ -87,7 +89,7 @@ def process_image(
         scores=scores,
         decisions=decisions,
     )
-    return ProcessedPage(result, image, orientation, judged)
+    return ProcessedPage(result, image, orientation, judged, detection)
 
 
 def _upright(image: Image.Image, toolkit: Toolkit) -> tuple[Image.Image, ir.Orientation]:

@@ -56,23 +56,26 @@ def plan(
     max_pixels: int = MAX_PIXELS,
     min_short: int = 0,
     wide_ratio: float = math.inf,
+    scale: float | None = None,
 ) -> tuple[ir.DetectionPlan, list[ir.BBox]]:
     """How to detect a `width` x `height` page, and its windows in page pixels: `whole`
     (one window, the page) or `tiles`. `max_pixels`: a window's area at detection scale.
     The detector's own preprocessing of a whole page, which the windows keep: a page wider
     than `wide_ratio` times its height is padded to that ratio, then a short side under
     `min_short` is scaled up (not on a strip under `min_side` or a tall one, which are
-    padded instead)."""
-    long_side = max(width, height)
-    scale = max(MIN_SCALE, min(1.0, max_side / long_side))
-    scaled_long = long_side * scale
-    short = max(min(width, height) * scale, width * scale / wide_ratio)
-    strip = min(width, height) * scale < min_side or height > MAX_ASPECT * width
-    up = 1.0 if strip else max(1.0, min_short / short)
-    if scaled_long <= max_side and scaled_long * short * up**2 <= max_pixels:
-        whole = ir.BBox(x0=0, y0=0, x1=width, y1=height)
-        return ir.DetectionPlan(method="whole", scale=scale, windows=1), [whole]
-    scale *= up
+    padded instead). A `scale` the caller chose (from the height of the page's text)
+    replaces that preprocessing: the page is read in windows at that scale."""
+    if scale is None:
+        long_side = max(width, height)
+        scale = max(MIN_SCALE, min(1.0, max_side / long_side))
+        scaled_long = long_side * scale
+        short = max(min(width, height) * scale, width * scale / wide_ratio)
+        strip = min(width, height) * scale < min_side or height > MAX_ASPECT * width
+        up = 1.0 if strip else max(1.0, min_short / short)
+        if scaled_long <= max_side and scaled_long * short * up**2 <= max_pixels:
+            whole = ir.BBox(x0=0, y0=0, x1=width, y1=height)
+            return ir.DetectionPlan(method="whole", scale=scale, windows=1), [whole]
+        scale *= up
     across = _equal(width * scale, max_side)
     rows = max(MIN_WINDOW, across / MAX_ASPECT, max_pixels / across)
     down = max(_equal(height * scale, min(max_side, rows)), min(MIN_WINDOW, height * scale))

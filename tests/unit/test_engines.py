@@ -328,6 +328,11 @@ def test_detector_precision_picks_the_model_and_enters_the_run():
     assert describe_engines(Settings(layout="lines"))["detector"]["version"] == int8.version
     described = describe_engines(Settings(layout="lines", det_precision="fp32"))
     assert described["detector"]["version"] == fp32.version
+    never = load_detector(Settings(layout="lines", det_text_height=0))
+    assert never._text_height == 0  # type: ignore[attr-defined]
+    assert never.version == detector_version(text_height=0) != int8.version
+    described = describe_engines(Settings(layout="lines", det_text_height=0))
+    assert described["detector"]["version"] == never.version
 
 
 def test_recogniser_precision_picks_the_model_and_enters_the_run():

@@ -40,6 +40,8 @@ def base_run() -> str:
         {"max_pages": 10},
         {"max_pixels": 1_000_000},
         {"orientation_min_confidence": 0.9},
+        {"det_text_height": 0},
+        {"det_text_height": 20},
     ],
     ids=lambda change: next(iter(change)),
 )

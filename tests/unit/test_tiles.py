@@ -221,8 +221,8 @@ def test_one_line_on_a_59_megapixel_page_is_read(detector: RapidDetector) -> Non
     draw.text((2900, 3950), LINE, fill=0, font=face)
     ink = draw.textbbox((2900, 3950), LINE, font=face)
     page = page.convert("RGB")
-    assert detector.plan(*page.size).method == "tiles"
     regions = detector.detect(page)
+    assert detector.last_plan is not None and detector.last_plan.method == "tiles"
     assert len(regions) == 1
     bbox = regions[0].bbox
     assert covers(bbox, ink) and bbox.height < 3 * (ink[3] - ink[1])
@@ -263,12 +263,49 @@ def test_bands_find_the_lines_a_whole_pass_finds(detector: RapidDetector) -> Non
             fill="black",
             font=face,
         )
-    assert detector.plan(*page.size).method == "tiles"
-    whole = RapidDetector(threads=1)
+    banded = RapidDetector(threads=1, text_height=0)  # at the detector's own scale
+    whole = RapidDetector(threads=1, text_height=0)
     whole._max_pixels = 10**9  # one window, as rapidocr reads a page
-    assert whole.plan(*page.size).method == "whole"
-    seen, banded = whole.detect(page), detector.detect(page)
-    assert len(seen) == len(banded) == 22
-    for a, b in zip(seen, banded, strict=True):  # a band's edge shifts a box by a pixel or two
+    seen, found = whole.detect(page), banded.detect(page)
+    assert whole.last_plan is not None and whole.last_plan.method == "whole"
+    assert banded.last_plan is not None and banded.last_plan.method == "tiles"
+    assert len(seen) == len(found) == 22
+    for a, b in zip(seen, found, strict=True):  # a band's edge shifts a box by a pixel or two
         edges = zip(a.bbox.as_tuple(), b.bbox.as_tuple(), strict=True)
         assert max(abs(u - v) for u, v in edges) <= 4
+
+
+def _lines_page(size: tuple[int, int], font_px: int, count: int) -> Image.Image:
+    page = Image.new("RGB", size, "white")
+    draw, face = ImageDraw.Draw(page), ImageFont.truetype(FONT, font_px)
+    for n in range(count):
+        draw.text((60, 60 + 2 * font_px * n), f"{n + 1:02d} {LINE}", fill="black", font=face)
+    return page
+
+
+def test_tall_text_is_read_at_the_scale_it_needs(detector: RapidDetector) -> None:
+    """A letter-size page of 56 px text: the survey finds its lines tall enough at a small
+    scale, and the page is read there, with the lines and text found at full scale."""
+    page = _lines_page((1700, 2200), 56, 12)
+    full = RapidDetector(threads=1, text_height=0)
+    seen, found = full.detect(page), detector.detect(page)
+    assert full.last_plan is not None and detector.last_plan is not None
+    assert detector.last_plan.scale < 0.6 * full.last_plan.scale, detector.last_plan
+    assert len(found) == len(seen) == 12
+    recogniser = RapidRecogniser(threads=1)
+    for a, b in zip(seen, found, strict=True):
+        edges = zip(a.bbox.as_tuple(), b.bbox.as_tuple(), strict=True)
+        assert max(abs(u - v) for u, v in edges) <= 12
+    texts = [t for t, _ in recogniser.recognise([crop(page, r.bbox) for r in found])]
+    assert texts == [t for t, _ in recogniser.recognise([crop(page, r.bbox) for r in seen])]
+    assert all(cer(t, f"{n:02d} {LINE}") <= 0.05 for n, t in enumerate(texts, start=1)), texts
+
+
+def test_small_text_keeps_the_detectors_own_scale(detector: RapidDetector) -> None:
+    """Text already as small as the detector needs is read at the scale it was before the
+    survey, and so is a page of a few lines (too few to measure)."""
+    full = RapidDetector(threads=1, text_height=0)
+    for page in (_lines_page((1700, 2200), 16, 40), _lines_page((1700, 2200), 56, 2)):
+        seen, found = full.detect(page), detector.detect(page)
+        assert detector.last_plan == full.last_plan
+        assert [r.bbox for r in found] == [r.bbox for r in seen]
