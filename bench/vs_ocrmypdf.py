@@ -1,5 +1,5 @@
-"""Searchable PDFs from scans: `ocrfleet run` + `ocrfleet results --format pdf` against
-OCRmyPDF (Debian tesseract, `OMP_THREAD_LIMIT=1`) on the same pages and cores.
+"""Searchable PDFs from scans: `ocrfleet run -o DIR` (which writes them) against OCRmyPDF
+(Debian tesseract, `OMP_THREAD_LIMIT=1`) on the same pages and cores.
 
 Sets, each made into one multi-page PDF that both systems get:
 - `tesseract_test`: every realdocs/tesseract_test page (two UNLV scans, eurotext,
@@ -139,10 +139,11 @@ def ocrmypdf(text_layers: str) -> Callable[..., dict]:
 
 
 def ocrfleet(
-    checkout: Path | None, cache: Path, with_jobs: bool, text_layers: str
+    checkout: Path | None, cache: Path, options: set[str], text_layers: str
 ) -> Callable[..., dict]:
-    """An arm running `ocrfleet run` then `ocrfleet results --format pdf` per set, from this
-    checkout or `checkout` (put first on PYTHONPATH)."""
+    """An arm running `ocrfleet run -o DIR` (its PDFs written by the run), from this checkout
+    or `checkout` (put first on PYTHONPATH); a checkout without `run -o` runs `ocrfleet
+    results --format pdf` per set after the run, and one without `run --jobs`, one job."""
 
     def run(sets: list[Corpus], workdir: Path, jobs: int) -> dict[str, Path]:
         env = {
@@ -154,12 +155,17 @@ def ocrfleet(
         }
         if checkout is not None:
             env["PYTHONPATH"] = str(checkout)
-        cmd = [str(BIN / "ocrfleet"), "run", *(["--jobs", str(jobs)] if with_jobs else [])]
+        cmd = [str(BIN / "ocrfleet"), "run"]
+        cmd += ["--jobs", str(jobs)] if "--jobs" in options else []
+        written = "--output-dir" in options
+        cmd += ["--output-dir", str(workdir / "out")] if written else []
         done = subprocess.run(
             [*cmd, *(str(c.pdf) for c in sets)], env=env, cwd=workdir, capture_output=True
         )
         if done.returncode not in (0, 1):
             raise SystemExit(f"ocrfleet run exited {done.returncode}: {done.stderr[-2000:]!r}")
+        if written:
+            return {corpus.name: workdir / "out" / corpus.pdf.name for corpus in sets}
         out = {}
         for corpus in sets:
             out[corpus.name] = workdir / f"{corpus.name}.out.pdf"
@@ -179,10 +185,11 @@ def ocrfleet(
     return run
 
 
-def _supports_jobs(checkout: Path | None) -> bool:
+def _run_options(checkout: Path | None) -> set[str]:
+    """Which of `run`'s options the checkout's ocrfleet has."""
     env = {**os.environ, **({"PYTHONPATH": str(checkout)} if checkout else {})}
     done = subprocess.run([str(BIN / "ocrfleet"), "run", "--help"], env=env, capture_output=True)
-    return b"--jobs" in done.stdout
+    return {option for option in ("--jobs", "--output-dir") if option.encode() in done.stdout}
 
 
 def page_texts(pdf: Path, pages: int) -> list[str]:
@@ -225,17 +232,17 @@ def main() -> None:
             Arm("ocrmypdf", ocrmypdf(args.text_layers), jobs),
             Arm(
                 "ocrfleet",
-                ocrfleet(None, root / "cache", _supports_jobs(None), args.text_layers),
+                ocrfleet(None, root / "cache", _run_options(None), args.text_layers),
                 jobs,
             ),
         ]
         if args.baseline is not None:
-            has_jobs = _supports_jobs(args.baseline)
+            options = _run_options(args.baseline)
             arms.append(
                 Arm(
                     "baseline",
-                    ocrfleet(args.baseline, root / "cache-base", has_jobs, args.text_layers),
-                    jobs if has_jobs else (1,),
+                    ocrfleet(args.baseline, root / "cache-base", options, args.text_layers),
+                    jobs if "--jobs" in options else (1,),
                 )
             )
         print(

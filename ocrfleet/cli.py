@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -25,6 +25,9 @@ from rich.table import Table
 from ocrfleet import errors
 from ocrfleet.config import get_settings
 from ocrfleet.storage.local import display_uri
+
+if TYPE_CHECKING:
+    from ocrfleet.service import Context
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -121,12 +124,27 @@ def run(
             show_default=False,
         ),
     ] = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help="also write each done input's result here, as <name>.<suffix> in --format",
+        ),
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", help="with --output-dir: text, json, markdown, hocr, alto or pdf"),
+    ] = "pdf",
 ) -> None:
     """Process inputs on this machine, on the embedded defaults unless configured otherwise.
 
     Pages are read in `--jobs` worker processes (default: the CPUs this process may use),
     with the same results as one job. Every input ends done, rejected (with a reason) or
-    failed (with a reason); one bad input or page never stops the run."""
+    failed (with a reason); one bad input or page never stops the run. With `--output-dir`,
+    each input that ends done is also written there (by default a searchable PDF, as
+    `ocrfleet results --format pdf` writes it), in the same process: no second command."""
+    from ocrfleet.formats import FORMATS
     from ocrfleet.memory import PeakRss
     from ocrfleet.parallel import available_cpus, run_pages
     from ocrfleet.pipeline.rules import RulesError
@@ -137,6 +155,12 @@ def run(
     from ocrfleet.storage import StorageError
     from ocrfleet.storage.local import storable_uri
 
+    if fmt not in FORMATS:
+        raise _usage_error(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if output_dir is not None:
+        if output_dir.exists() and not output_dir.is_dir():
+            raise _usage_error(f"--output-dir {output_dir} exists and is not a folder")
+        output_dir.mkdir(parents=True, exist_ok=True)
     settings = get_settings()
     if redo_ocr is not None:
         settings = settings.model_copy(update={"text_layer": "redo" if redo_ocr else "use"})
@@ -180,8 +204,34 @@ def run(
     _print_summary(rows, names, skipped, as_json)
     stats = RunStats(len(pages), min(jobs, max(1, len(pages))), seconds, peak.peak_mb)
     _print_stats(stats, as_json)
+    if output_dir is not None:
+        done = [(p, row.document_id) for p, row in zip(inputs, rows, strict=True)]
+        done = [(p, d) for (p, d), row in zip(done, rows, strict=True) if row.status in SUCCEEDED]
+        written = _write_results(ctx, done, output_dir, fmt)
+        console.print(
+            f"wrote {len(written)} of {len(inputs)} input(s) as {fmt} to {output_dir}", markup=False
+        )
     if any(row.status not in SUCCEEDED for row in rows):
         raise typer.Exit(errors.EXIT_FAILED)
+
+
+def _write_results(
+    ctx: Context, done: list[tuple[Path, int]], folder: Path, fmt: str
+) -> list[Path]:
+    """Each input's result as `folder/<input's stem><format's suffix>`; an input whose name
+    another input already took there gets its document id too (`<stem>-<id>`)."""
+    from ocrfleet.formats import SUFFIXES, render_document
+
+    store = ctx.store if fmt == "pdf" else None
+    written: list[Path] = []
+    with ctx.session() as session:
+        for path, document_id in done:
+            target = folder / f"{path.stem}{SUFFIXES[fmt]}"
+            if target in written:
+                target = folder / f"{path.stem}-{document_id}{SUFFIXES[fmt]}"
+            target.write_bytes(render_document(session, document_id, fmt, store))
+            written.append(target)
+    return written
 
 
 class _PageProgress:

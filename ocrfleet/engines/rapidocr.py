@@ -382,9 +382,12 @@ class RapidDetector:
                 plan, windows, found = surveyed, survey_windows, survey_found
             elif needed <= SURVEY_GAIN * plan.scale:
                 plan, windows = self._plan(page.width, page.height, needed)
-        if found is None:
-            found = self._find(original, plan, windows)
-        del original
+        if found is None and plan.method == "whole" and not self._odd_shape(*page.size, plan.scale):
+            found = [(0, bbox, score) for bbox, score in self._detect_array(original)]
+        elif found is None:
+            scaled, ratio_x, ratio_y = _scaled(original, plan.scale)
+            del original  # the page's pixels at detection scale are all the windows need
+            found = self._windows(scaled, ratio_x, ratio_y, windows)
         self.last_plan = plan
         regions = []
         if len(windows) > 1:
@@ -395,13 +398,10 @@ class RapidDetector:
                 regions.append(ir.Region(number=1, bbox=bbox, det_score=score))
         return order_regions(regions)
 
-    def _find(
-        self, original: np.ndarray, plan: ir.DetectionPlan, windows: list[ir.BBox]
+    def _windows(
+        self, scaled: np.ndarray, ratio_x: float, ratio_y: float, windows: list[ir.BBox]
     ) -> list[tuple[int, ir.BBox, float]]:
-        height, width = original.shape[:2]
-        if plan.method == "whole" and not self._odd_shape(width, height, plan.scale):
-            return [(0, bbox, score) for bbox, score in self._detect_array(original)]
-        scaled, ratio_x, ratio_y = _scaled(original, plan.scale)
+        """(window index, box in page pixels, score) over the windows of a scaled page."""
         found = []
         for index, window in enumerate(windows):
             for bbox, score in self._detect_window(scaled, window, ratio_x, ratio_y):
@@ -422,7 +422,7 @@ class RapidDetector:
         if survey > SURVEY_GAIN * scale or strip:
             return None  # a strip is padded to the detector's aspect: no survey of it is cheap
         plan, windows = self._plan(width, height, survey)
-        found = self._find(original, plan, windows)
+        found = self._windows(*_scaled(original, survey), windows)
         if len(found) < SURVEY_LINES:
             return None
         heights = np.array([bbox.y1 - bbox.y0 for _, bbox, _ in found], dtype=float)

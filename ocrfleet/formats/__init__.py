@@ -21,6 +21,15 @@ FORMATS: dict[str, str] = {
     "alto": alto.MEDIA_TYPE,
     "pdf": pdf.MEDIA_TYPE,
 }
+# The file name suffix of each format, for results written to files.
+SUFFIXES: dict[str, str] = {
+    "text": ".txt",
+    "json": ".json",
+    "markdown": ".md",
+    "hocr": ".hocr",
+    "alto": ".xml",
+    "pdf": ".pdf",
+}
 _TEXT_RENDERERS: dict[str, Callable[[DocumentView], str]] = {
     "text": text.render,
     "json": json_format.render,
@@ -29,7 +38,7 @@ _TEXT_RENDERERS: dict[str, Callable[[DocumentView], str]] = {
     "alto": alto.render,
 }
 
-__all__ = ["FORMATS", "DocumentView", "load_document", "render", "render_document"]
+__all__ = ["FORMATS", "SUFFIXES", "DocumentView", "load_document", "render", "render_document"]
 
 
 def render(doc: DocumentView, fmt: str, store: ObjectStore | None = None) -> bytes:

@@ -9,12 +9,13 @@ import io
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-
-from fpdf import FPDF
-from fpdf.enums import TextMode
+from typing import TYPE_CHECKING
 
 from ocrfleet import ir
 from ocrfleet.formats.document import DocumentView, PageView
+
+if TYPE_CHECKING:
+    from fpdf import FPDF
 
 MEDIA_TYPE = "application/pdf"
 FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
@@ -29,6 +30,11 @@ PageImages = Callable[[PageView], bytes]
 
 
 def render(doc: DocumentView, images: PageImages) -> bytes:
+    # fpdf is imported here, not with the module: it adds ~50 MB to a process, and every
+    # process that loads the formats (`ocrfleet run`, a worker) would carry it.
+    from fpdf import FPDF
+    from fpdf.enums import TextMode
+
     if not FONT.is_file():
         raise FileNotFoundError(
             f"the PDF text layer font {FONT} is missing (Debian: apt-get install fonts-dejavu-core)"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image, ImageOps
 from sqlalchemy import create_engine, text
 
 from ocrfleet.metrics import cer, normalize_ws
@@ -181,6 +182,41 @@ def test_bad_inputs_are_rejected_and_the_run_goes_on(tmp_path: Path) -> None:
     assert rows["notes.png"]["status"] == "rejected"
     assert rows["notes.png"]["reason"].startswith("unsupported_type")
     assert rows[good.name]["status"] == "done"
+
+
+def test_output_dir_gets_each_done_input_as_a_searchable_pdf(tmp_path: Path) -> None:
+    """`run -o DIR` writes what `results --format pdf` writes, for done inputs only; a name
+    two inputs share is kept apart by the document id."""
+    inputs = tmp_path / "inputs"
+    (inputs / "again").mkdir(parents=True)
+    (inputs / "empty.pdf").write_bytes(b"")
+    good = next(p for p in example_inputs() if p.suffix in (".png", ".jpg"))  # one page
+    (inputs / good.name).write_bytes(good.read_bytes())
+    upright = ImageOps.exif_transpose(Image.open(good)).convert("RGB")
+    framed = ImageOps.expand(upright, border=40, fill="white")
+    framed.save(inputs / "again" / good.name)  # another document under the same name
+    out = tmp_path / "out"
+    done = ocrfleet(["run", "--json", "-o", str(out), str(inputs)], tmp_path)
+    assert done.returncode == 1, done.stderr  # the empty PDF is rejected
+    rows = {r["input"]: r for r in json.loads(done.stdout)}
+    ids = sorted(r["document_id"] for r in rows.values() if r["status"] == "done")
+    assert len(ids) == 2
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted([f"{good.stem}.pdf", f"{good.stem}-{ids[1]}.pdf"]), names
+    truth = normalize_ws(good.with_name(good.name + ".gt.txt").read_text())
+    for path in out.iterdir():
+        assert cer(normalize_ws(pdf_text(path)), truth) <= 0.05, path.name
+    shown = ocrfleet(["results", "--format", "pdf", "-o", "r.pdf", str(ids[0])], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert pdf_text(out / f"{good.stem}.pdf") == pdf_text(tmp_path / "r.pdf")
+    bad = ocrfleet(["run", "-o", str(out), "--format", "docx", str(inputs)], tmp_path)
+    assert bad.returncode == 2 and "--format" in bad.stderr
+
+
+def pdf_text(path: Path) -> str:
+    return subprocess.run(
+        ["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
