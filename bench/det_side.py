@@ -39,8 +39,12 @@ page.
     python bench/det_side.py --sides 2000+fp32,2000+int8 --per-set 10   # the detector's weights
                              [--sets tesseract_test,olmocr,uw3,receipts]
 
-A side `SIDE[/MPX][+PRECISION]` also picks the detector's weights (`OCRFLEET_DET_PRECISION`:
-int8 or fp32; unset: the default).
+A side `SIDE[/MPX][@HEIGHT][+PRECISION]` also sets the text height the detector reads a page
+for (`OCRFLEET_DET_TEXT_HEIGHT`: 0, every page at the detector's own scale; unset: the
+default) and picks its weights (`OCRFLEET_DET_PRECISION`: int8 or fp32; unset: the default).
+
+    python bench/det_side.py --sides 2000@0,2000 --sets receipts,olmocr,tesseract_test \
+                             --per-set 20   # the survey's scale against the detector's own
 
 Prints one line per page and side, then a table per set and side: word recall (hits/words
 summed over the set), detector input megapixels, detector seconds, page seconds, peak RSS,

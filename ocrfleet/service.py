@@ -311,6 +311,7 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
     data = ctx.store.get(ctx.store.key_of(image_uri))
     processed = process_png(number, data, ctx.toolkit)
     result = processed.result
+    upright = store_upright(ctx, image_uri, data, processed)
 
     with ctx.session() as session:
         clear_waiting(session, document_id)
@@ -324,12 +325,38 @@ def process_page(ctx: Context, page_id: int) -> ir.PageStatus:
             input_sha256=hashlib.sha256(data).hexdigest(),
             output_sha256=output_sha256(result),
             params=page_params(ctx, processed),
+            **upright,
         )
         if finished is not None and ctx.rules is not None:
             flag_document(session, finished, ctx.rules)
+    if upright:  # the page as split, unless another run's page row shares it
+        discard_unreferenced(ctx, [image_uri])
     del data, processed, result  # persisted: the page's images go now, not with the next
     ctx.toolkit.release_memory()
     return ir.PageStatus.done
+
+
+def store_upright(
+    ctx: Context, image_uri: str, data: bytes, processed: ProcessedPage
+) -> dict[str, Any]:
+    """A page the orientation check turned is stored upright, beside the page as split
+    (its text layer turned with it): its regions are in the upright image's pixels, and
+    every output draws them on the page row's image (the searchable PDF and its text layer,
+    hOCR, ALTO, the review crops). The page row's new image and size, or {} for a page
+    read as it was."""
+    from ocrfleet.pipeline import textlayer
+
+    if not processed.orientation.applied:
+        return {}
+    image, angle = processed.image, processed.orientation.angle
+    layer = textlayer.read_png(data)
+    if layer is not None:
+        size = (image.height, image.width) if angle in (90, 270) else image.size
+        layer = textlayer.turned(layer, angle, size)
+    key = ctx.store.key_of(image_uri).removesuffix(".png") + f".upright{angle}.png"
+    png = textlayer.page_png(image, layer)
+    uri = ctx.store.put(key, png, content_type="image/png")
+    return {"image_uri": uri, "width": image.width, "height": image.height}
 
 
 def output_sha256(result: ir.PageResult) -> str:

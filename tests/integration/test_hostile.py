@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from bench.hostile import SETTINGS, VANISHED, Kind, build, run_corpus, table
 from ocrfleet import client
 from ocrfleet.metrics import cer
+from ocrfleet.storage.local import file_uri_to_path
 from tests.conftest import REPO
 from tests.integration.fleet_helpers import (
     Workers,
@@ -125,6 +127,21 @@ def test_orientation_and_detection_are_recorded(
 
     assert params("rotate90.pdf")["orientation"]["applied"]
     assert params("upside-down.png")["orientation"]["angle"] == 180
+    # A page the check turned is stored upright: the row's image is the one its regions'
+    # pixels are in, so the PDF, hOCR, ALTO and the review crops draw them where they are.
+    for name in ("rotate90.pdf", "upside-down.png"):
+        sql = "SELECT width, height, image_uri FROM pages WHERE document_id = :d"
+        ((width, height, uri),) = rows(url, sql, d=ids[name])
+        assert (width, height) == (params(name)["width"], params(name)["height"])
+        assert uri.endswith(f".upright{params(name)['orientation']['angle']}.png"), uri
+        with Image.open(file_uri_to_path(uri)) as stored:
+            assert stored.size == (width, height)
+    pdf = root / "rotate90.out.pdf"
+    document = str(ids["rotate90.pdf"])
+    written = _cli(_env(root), root, "results", "--format", "pdf", "-o", str(pdf), document)
+    assert written.returncode == 0, written.stderr
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
+    assert "Shipment 2231 left the depot" in " ".join(text.split()), text
     assert params("scan.bmp")["orientation"]["applied"] is False
     assert params("large-7700.png")["detection"]["method"] == "tiles"
     assert params("strip-20000x10.png")["detection"]["windows"] > 1
