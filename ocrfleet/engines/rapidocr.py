@@ -413,14 +413,18 @@ class RapidDetector:
     ) -> tuple[float, ir.DetectionPlan, list[ir.BBox], list[tuple[int, ir.BBox, float]]] | None:
         """The page read at SURVEY_PIXELS: the scale its smaller lines need (their
         TEXT_QUANTILE height made `_text_height` px, at most `scale`), with the survey's plan
-        and boxes. None where a survey would not be much cheaper than the page's own pass,
-        or finds fewer than SURVEY_LINES lines (a page of a few lines, or of text too small
-        to see at survey scale: read at `scale`)."""
+        and boxes. None for a page `scale` does not shrink, where a survey would not be much
+        cheaper than the page's own pass, or where it finds fewer than SURVEY_LINES lines (a
+        page of a few lines, or of text too small to see at survey scale: read at
+        `scale`)."""
         height, width = original.shape[:2]
         survey = math.sqrt(SURVEY_PIXELS / (width * height))
         strip = max(width, height) > tiles.MAX_ASPECT * min(width, height)
-        if survey > SURVEY_GAIN * scale or strip:
-            return None  # a strip is padded to the detector's aspect: no survey of it is cheap
+        if scale >= 1.0 or survey > SURVEY_GAIN * scale or strip:
+            # A page read at or above its own size has no pixels to spare (a phone photo of
+            # a receipt: at a smaller scale the gaps in its lines close), and a strip is
+            # padded to the detector's aspect, so no survey of it is cheap.
+            return None
         plan, windows = self._plan(width, height, survey)
         found = self._windows(*_scaled(original, survey), windows)
         if len(found) < SURVEY_LINES:

@@ -303,9 +303,11 @@ def test_tall_text_is_read_at_the_scale_it_needs(detector: RapidDetector) -> Non
 
 def test_small_text_keeps_the_detectors_own_scale(detector: RapidDetector) -> None:
     """Text already as small as the detector needs is read at the scale it was before the
-    survey, and so is a page of a few lines (too few to measure)."""
+    survey, and so is a page of a few lines (too few to measure) and a page the detector
+    reads at or above its own size (a receipt photo: no pixels to spare)."""
     full = RapidDetector(threads=1, text_height=0)
-    for page in (_lines_page((1700, 2200), 16, 40), _lines_page((1700, 2200), 56, 2)):
+    pages = [_lines_page((1700, 2200), 16, 40), _lines_page((1700, 2200), 56, 2)]
+    for page in (*pages, _lines_page((600, 1500), 40, 16)):
         seen, found = full.detect(page), detector.detect(page)
         assert detector.last_plan == full.last_plan
         assert [r.bbox for r in found] == [r.bbox for r in seen]
