@@ -67,9 +67,10 @@ class Settings(BaseSettings):
         28,
         ge=0,
         le=200,
-        description="text lines' height (px) the detector needs: a page whose text is taller "
-        "is read at a smaller scale, found by a survey of the page (0.5x the detector's time, "
-        "the same word recall on real pages); 0: every page at the detector's own scale",
+        description="text lines' height (px) the detector needs: a page it would shrink, whose "
+        "text is taller, is read at a smaller scale, found by a survey of the page (0.62x the "
+        "detector's time, the same word recall on real pages); 0: every page at the "
+        "detector's own scale",
     )
     rec_precision: Literal["int8", "fp32"] = Field(
         "fp32",

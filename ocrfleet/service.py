@@ -39,7 +39,7 @@ from ocrfleet.runs import (
 )
 from ocrfleet.storage import ObjectStore, StorageError, open_store, read_uri
 from ocrfleet.storage.local import display_uri, storable_uri
-from ocrfleet.toolkit import Toolkit, get_toolkit
+from ocrfleet.toolkit import Toolkit, drop_toolkits, get_toolkit
 
 if TYPE_CHECKING:
     from ocrfleet.pipeline.page import ProcessedPage
@@ -73,6 +73,11 @@ class Context:
 
     def session(self) -> AbstractContextManager[Session]:
         return session_scope(self.settings.database_url)
+
+    def drop_models(self) -> None:
+        """Let the models go once the pages are read; a later page would load them again."""
+        self.__dict__.pop("toolkit", None)
+        drop_toolkits()
 
     @property
     def run_id(self) -> str:

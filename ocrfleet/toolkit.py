@@ -63,6 +63,15 @@ def load_toolkit(settings: Settings) -> Toolkit:
 _toolkits: dict[str, Toolkit] = {}
 
 
+def drop_toolkits() -> None:
+    """Let this process's models go (a process that has read its pages and goes on with
+    other work: `ocrfleet run` writing its outputs), and give their memory back."""
+    from ocrfleet.memory import release_memory
+
+    _toolkits.clear()
+    release_memory()
+
+
 def get_toolkit(settings: Settings) -> Toolkit:
     """The process-wide toolkit for these settings. Keyed on the settings' JSON: Settings
     holds a list (`engines`), so it is frozen but not hashable and cannot key an lru_cache."""

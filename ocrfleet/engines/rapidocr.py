@@ -95,11 +95,12 @@ WIDTH_BUDGET = 4 * 320
 # Detection at the scale the page's text needs: a survey of the page at SURVEY_PIXELS
 # finds its lines, and the page is read at the scale that makes the TEXT_QUANTILE of their
 # heights TEXT_HEIGHT px (`OCRFLEET_DET_TEXT_HEIGHT`), never above the scale rapidocr's own
-# preprocessing gives it; where the survey already sees them that tall (within
-# SURVEY_SLACK), its boxes are the page's. At 28 px on 36 real pages (20 receipts, 12
-# olmOCR pages, 4 tesseract_test): 0.52x the detector's time, 0.84x the page's, word recall
-# 0.9338 as before (receipts -0.0043, olmOCR +0.020; issue 20, `bench/det_side.py`); 20 px
-# lost 0.026 on receipts, where wide gaps between a line's words merge at low scale.
+# preprocessing gives it, and only on a page that scale shrinks; where the survey already
+# sees them that tall (within SURVEY_SLACK), its boxes are the page's. On 36 real pages (20
+# receipts, 12 olmOCR pages, 4 tesseract_test): 0.62x the detector's time, 0.87x the page's,
+# word recall 0.9361 against 0.9338 (receipts the same, olmOCR +0.020; issue 20,
+# `bench/det_side.py`). At 20 px, or on receipt photos read at their own size, receipts lost
+# words: the wide gaps in their lines close at a smaller scale.
 SURVEY_PIXELS = 500_000
 SURVEY_GAIN = 0.8  # a survey, or a new scale, only at most this share of the page's scale
 SURVEY_LINES = 4  # fewer lines found: no survey (a page of a few lines, or of tiny text)
