@@ -224,7 +224,7 @@ def _version(model: Path, params: dict[str, Any]) -> str:
     return f"{rapid}+{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def _det_params(root: DictConfig, text_height: float) -> dict[str, Any]:
+def _det_params(root: DictConfig, text_height: int) -> dict[str, Any]:
     g, det = root.Global, root.Det
     params = {k: g[k] for k in ("min_side_len", "max_side_len", "width_height_ratio", "min_height")}
     params["runtime"] = _runtime()
@@ -279,7 +279,7 @@ def _rec_params(root: DictConfig) -> dict[str, Any]:
     }
 
 
-def detector_version(model_path: Path = DET_MODEL_INT8, text_height: float = TEXT_HEIGHT) -> str:
+def detector_version(model_path: Path = DET_MODEL_INT8, text_height: int = TEXT_HEIGHT) -> str:
     """The detector's version without loading the model (for run_id)."""
     root = ParseParams.load(DEFAULT_CFG_PATH)
     return _version(Path(model_path), _det_params(root, text_height))
@@ -339,7 +339,7 @@ class RapidDetector:
         self,
         model_path: Path = DET_MODEL_INT8,
         threads: int | None = None,
-        text_height: float = TEXT_HEIGHT,
+        text_height: int = TEXT_HEIGHT,
     ) -> None:
         _quiet_rapidocr()
         root = _config("Det", Path(model_path), threads)
