@@ -206,8 +206,11 @@ def run(
     _print_stats(stats, as_json)
     if output_dir is not None:
         ctx.drop_models()  # the page images and fonts of the outputs take their place
-        done = [(p, row.document_id) for p, row in zip(inputs, rows, strict=True)]
-        done = [(p, d) for (p, d), row in zip(done, rows, strict=True) if row.status in SUCCEEDED]
+        done = [
+            (path, row.document_id)
+            for path, row in zip(inputs, rows, strict=True)
+            if row.status in SUCCEEDED
+        ]
         written = _write_results(ctx, done, output_dir, fmt)
         console.print(
             f"wrote {len(written)} of {len(inputs)} input(s) as {fmt} to {output_dir}", markup=False
