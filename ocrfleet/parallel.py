@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
+from ocrfleet.engines.calls import available_cpus
 
 if TYPE_CHECKING:
     from ocrfleet.service import Context
@@ -34,11 +35,6 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT", "OPENBLAS_NUM_THREAD
 _worker: Context | None = None  # the worker process's context, models loaded
 
 OnDone = Callable[[int, ir.PageStatus], None]
-
-
-def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
-    return len(os.sched_getaffinity(0))
 
 
 def worker_settings(settings: Settings, jobs: int, cpus: int | None = None) -> Settings:

@@ -50,7 +50,7 @@ import pickle
 import zipfile
 from collections import OrderedDict
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from ocrfleet import (
     ir,
     offline,  # noqa: F401, I001  (telemetry off before onnxruntime loads)
 )
+from ocrfleet.engines import calls
 from ocrfleet.errors import ConfigError
 from ocrfleet.scorers import ctc
 
@@ -477,8 +478,7 @@ class EasyOCRRecogniser:
         options = ort.SessionOptions()
         options.log_severity_level = 3
         options.enable_cpu_mem_arena = False  # input widths vary a lot
-        if threads is not None:
-            options.intra_op_num_threads = threads
+        self._calls, options.intra_op_num_threads = calls.plan(threads)
         self._session = ort.InferenceSession(
             cached_graph(path, md5, cache_dir),
             sess_options=options,
@@ -507,20 +507,34 @@ class EasyOCRRecogniser:
         return ctc.recall(self.version, crops, self._read)
 
     def _read(self, crops: Sequence[Image.Image], keys: Sequence[str]) -> list[ctc.Posterior]:
-        """Each crop's posterior, one model call per width and batch; kept in ctc.RECENT."""
+        """Each crop's posterior, one model call per width and batch, the calls side by side
+        (`calls`); kept in ctc.RECENT."""
         widths = [padded_width(c) for c in crops]
         by_width: dict[int, list[int]] = {}
         for i, width in enumerate(widths):
             by_width.setdefault(width, []).append(i)
-        out: list[ctc.Posterior | None] = [None] * len(crops)
+        chunks: list[tuple[int, list[int]]] = []
         for width, ids in sorted(by_width.items()):
             step = max(1, min(self.batch_size, WIDTH_BUDGET // width))
-            for start in range(0, len(ids), step):
-                chunk = ids[start : start + step]
-                batch = np.stack([_pad(prepare(crops[i]), width) for i in chunk])[:, None]
-                (log_probs,) = self._session.run(["log_probs"], {"image": batch})
-                for n, i in enumerate(chunk):
-                    posterior = ctc.Posterior(self.name, log_probs[n].copy(), self.charset)
-                    ctc.RECENT.put(self.version, keys[i], posterior)
-                    out[i] = posterior
+            chunks += [(width, ids[start : start + step]) for start in range(0, len(ids), step)]
+        batches = calls.run(
+            [partial(self._read_batch, crops, width, chunk) for width, chunk in chunks],
+            [width * len(chunk) for width, chunk in chunks],
+            self._calls,
+        )
+        out: list[ctc.Posterior | None] = [None] * len(crops)
+        for (_, chunk), batch in zip(chunks, batches, strict=True):
+            for i, posterior in zip(chunk, batch, strict=True):
+                ctc.RECENT.put(self.version, keys[i], posterior)
+                out[i] = posterior
         return [posterior for posterior in out if posterior is not None]
+
+    def _read_batch(
+        self, crops: Sequence[Image.Image], width: int, chunk: list[int]
+    ) -> list[ctc.Posterior]:
+        """One model call: the crops `chunk` (indices into `crops`) padded to `width`."""
+        batch = np.stack([_pad(prepare(crops[i]), width) for i in chunk])[:, None]
+        (log_probs,) = self._session.run(["log_probs"], {"image": batch})
+        return [
+            ctc.Posterior(self.name, log_probs[n].copy(), self.charset) for n in range(len(chunk))
+        ]

@@ -30,7 +30,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, NoReturn
@@ -56,7 +56,7 @@ from ocrfleet import (
     ir,
     offline,  # noqa: F401, I001  (telemetry off before onnxruntime loads)
 )
-from ocrfleet.engines import base
+from ocrfleet.engines import base, calls
 from ocrfleet.memory import release_memory
 from ocrfleet.pipeline import tiles
 from ocrfleet.pipeline.regions import order_regions, polygon_bbox
@@ -539,7 +539,11 @@ class RapidRecogniser:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         _quiet_rapidocr()
-        root = _config("Rec", Path(model_path), threads)
+        # OpenVINO's request is one at a time (see `_read`): its threads go to that one.
+        self._calls, per_call = (
+            calls.plan(threads) if base.RUNTIME == "onnxruntime" else (1, threads)
+        )
+        root = _config("Rec", Path(model_path), per_call)
         if not _has_alphabet(root.Rec):
             raise ValueError(
                 f"RapidOCR recognition model {model_path} has no embedded 'character' "
@@ -576,34 +580,48 @@ class RapidRecogniser:
     def _read(
         self, crops: Sequence[Image.Image], keys: Sequence[str] | None = None
     ) -> list[tuple[str, float | None, list[ir.Word] | None, ctc.Posterior]]:
-        """(text, confidence, words, posterior) per crop, batched by input width; the
-        posteriors are kept in `ctc.RECENT` under the crops' keys."""
+        """(text, confidence, words, posterior) per crop, batched by input width, the
+        batches run side by side (`calls`); the posteriors are kept in `ctc.RECENT` under
+        the crops' keys."""
         arrays = [_to_bgr(c) for c in crops]
         keys = [ctc.crop_key(c) for c in crops] if keys is None else keys
         by_width: dict[int, list[int]] = {}
         for i, array in enumerate(arrays):
             by_width.setdefault(self._padded_width(array), []).append(i)
-        results: list[Any] = [None] * len(arrays)
+        chunks: list[tuple[int, list[int]]] = []
         for width, ids in sorted(by_width.items()):
             step = max(1, min(self.batch_size, WIDTH_BUDGET // width))
-            for start in range(0, len(ids), step):
-                chunk = ids[start : start + step]
-                batch = np.stack([self._normalise(arrays[i], width) for i in chunk])
-                # OpenVINO's output is a view of the request's buffer: used up before the
-                # next call.
-                preds = self._rec.session(batch)
-                # The share of each input's width that is crop, not padding: rapidocr's
-                # word boxes measure CTC columns against it.
-                shares = [self._resized_width(arrays[i], width) / width for i in chunk]
-                lines, infos = self._rec.postprocess_op(
-                    preds, True, wh_ratio_list=shares, max_wh_ratio=1.0
-                )
-                for n, (i, (text, score), info) in enumerate(zip(chunk, lines, infos, strict=True)):
-                    words = _word_boxes(str(text), info, arrays[i].shape[1], arrays[i].shape[0])
-                    posterior = ctc.prune(self.name, preds[n], self.charset)
-                    ctc.RECENT.put(self.version, keys[i], posterior)
-                    results[i] = (str(text), float(score), words, posterior)
+            chunks += [(width, ids[start : start + step]) for start in range(0, len(ids), step)]
+        batches = calls.run(
+            [partial(self._read_batch, arrays, width, chunk) for width, chunk in chunks],
+            [width * len(chunk) for width, chunk in chunks],
+            self._calls,
+        )
+        results: list[Any] = [None] * len(arrays)
+        for (_, chunk), batch in zip(chunks, batches, strict=True):
+            for i, result in zip(chunk, batch, strict=True):
+                ctc.RECENT.put(self.version, keys[i], result[3])
+                results[i] = result
         return results
+
+    def _read_batch(
+        self, arrays: Sequence[np.ndarray], width: int, chunk: list[int]
+    ) -> list[tuple[str, float, list[ir.Word] | None, ctc.Posterior]]:
+        """One model call: the crops `chunk` (indices into `arrays`) at input `width`."""
+        batch = np.stack([self._normalise(arrays[i], width) for i in chunk])
+        # OpenVINO's output is a view of the request's buffer: used up before the next call.
+        preds = self._rec.session(batch)
+        # The share of each input's width that is crop, not padding: rapidocr's word boxes
+        # measure CTC columns against it.
+        shares = [self._resized_width(arrays[i], width) / width for i in chunk]
+        lines, infos = self._rec.postprocess_op(preds, True, wh_ratio_list=shares, max_wh_ratio=1.0)
+        out = []
+        for n, (i, (text, score), info) in enumerate(zip(chunk, lines, infos, strict=True)):
+            words = _word_boxes(str(text), info, arrays[i].shape[1], arrays[i].shape[0])
+            out.append(
+                (str(text), float(score), words, ctc.prune(self.name, preds[n], self.charset))
+            )
+        return out
 
     def _resized_width(self, array: np.ndarray, width: int) -> int:
         h, w = array.shape[:2]

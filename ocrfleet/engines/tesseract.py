@@ -25,6 +25,7 @@ from pathlib import Path
 from PIL import Image
 
 from ocrfleet import ir
+from ocrfleet.engines.calls import available_cpus
 
 PSM_SINGLE_LINE = 7
 _TIMEOUT_BASE_S = 60
@@ -87,14 +88,6 @@ def _probe(cmd: str, lang: str) -> tuple[str, str]:
 def tesseract_version(lang: str = "eng", cmd: str = "tesseract") -> str:
     """The recogniser's version without constructing it (for run_id)."""
     return _probe(cmd, lang)[1]
-
-
-def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 class TesseractRecogniser:

@@ -78,6 +78,15 @@ def test_a_reading_does_not_depend_on_its_batch(easy) -> None:
     np.testing.assert_allclose(alone.log_probs, together[5].log_probs, atol=1e-4)
 
 
+def test_calls_side_by_side_read_what_one_thread_reads(easy, tmp_path: Path) -> None:
+    crops = [crop for crop, _ in uw3_lines(12)]
+    two = EasyOCRRecogniser(batch_size=4, threads=2, cache_dir=tmp_path)
+    keys = [str(i) for i in range(len(crops))]
+    alone, side_by_side = easy._read(crops, keys), two._read(crops, keys)
+    for a, b in zip(alone, side_by_side, strict=True):
+        np.testing.assert_array_equal(a.log_probs, b.log_probs)
+
+
 def test_a_model_call_holds_at_most_the_width_budget(easy, monkeypatch) -> None:
     # A call's memory grows with its columns: crops share a call up to the budget, and a
     # crop wider than the budget is read alone.

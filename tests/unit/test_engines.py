@@ -174,6 +174,20 @@ def test_thread_setting_is_accepted_and_reads_the_same(rapid, line_images):
     assert RapidRecogniser(threads=1).recognise(line_images[:3]) == rapid.recognise(line_images[:3])
 
 
+def test_calls_side_by_side_read_what_one_thread_reads():
+    """Two threads are two one-thread model calls at once (`calls`): on real receipt lines
+    every text, confidence and posterior equals a one-thread recogniser's."""
+    crops, _ = receipt_crops(sorted((SROIE / "images").glob("*.jpg"))[:2])
+    one, two = RapidRecogniser(threads=1), RapidRecogniser(threads=2)
+    assert two._calls == 2
+    keys = [str(i) for i in range(len(crops))]
+    alone, side_by_side = one._read(crops, keys), two._read(crops, keys)
+    assert len(crops) > 30
+    for a, b in zip(alone, side_by_side, strict=True):
+        assert a[:2] == b[:2]
+        assert (a[3].log_probs == b[3].log_probs).all()
+
+
 def test_runtimes_read_the_same_boxes_and_text_and_are_told_apart(monkeypatch, line_images):
     # onnxruntime by default; OpenVINO (the `openvino` extra) runs the same files. Their
     # outputs differ in the fifth decimal, so boxes and texts agree, but run_id does not.
