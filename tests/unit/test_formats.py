@@ -5,6 +5,7 @@ a page with table and formula regions."""
 
 from __future__ import annotations
 
+import io
 import random
 import re
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from lxml import etree
+from PIL import Image
 
 from ocrfleet import ir
 from ocrfleet.config import Settings
@@ -22,6 +24,7 @@ from ocrfleet.db.models import Document, Page, Run
 from ocrfleet.db.persist import save_page_result
 from ocrfleet.db.session import dispose_engines, session_scope
 from ocrfleet.formats import load_document, render
+from ocrfleet.formats.pdf import _embeddable
 from ocrfleet.pipeline.images import load_image
 from ocrfleet.service import Context, ingest, process_page
 from tests.conftest import REALDOCS
@@ -98,6 +101,44 @@ def test_searchable_pdf_gives_back_our_text_over_its_pixels(scanned, tmp_path: P
             (overlap((x0, y0, x1, y1), box) for word, box in stored if word == text), default=0
         )
         assert best > 0.6, (text, (x0, y0, x1, y1))
+
+
+def test_pdf_page_image_is_the_stored_page_in_fewest_channels(scanned) -> None:
+    """phototest.tif is black and white: stored as RGB, it goes into the PDF as CCITT G4
+    with the same pixels."""
+    import pikepdf
+    from pikepdf import PdfImage
+
+    ctx, doc = scanned
+    page = doc.pages[0]
+    stored = load_image(ctx.store.get(ctx.store.key_of(page.image_uri)))
+    with pikepdf.open(io.BytesIO(render(doc, "pdf", ctx.store))) as pdf:
+        (raw,) = pdf.pages[0].get_images().values()
+        assert raw.Filter == "/CCITTFaxDecode"
+        embedded = PdfImage(raw).as_pil_image()
+    assert embedded.size == stored.size
+    assert np.array_equal(np.asarray(embedded.convert("L")), np.asarray(stored.convert("L")))
+
+
+def test_page_images_keep_their_pixels_in_fewer_channels() -> None:
+    rng = np.random.default_rng(3)
+    grey = rng.integers(0, 256, (40, 60), dtype=np.uint8)
+    bilevel = np.where(grey > 128, 255, 0).astype(np.uint8)
+    colour = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    for pixels, mode in ((grey, "L"), (bilevel, "1"), (colour, "RGB")):
+        rgb = Image.fromarray(pixels).convert("RGB")
+        out = _embeddable(_png(rgb))
+        assert out.mode == mode
+        assert np.array_equal(np.asarray(out.convert("RGB")), np.asarray(rgb))
+    jpeg = io.BytesIO()
+    Image.fromarray(colour).save(jpeg, format="JPEG")
+    assert _embeddable(jpeg.getvalue()).getvalue() == jpeg.getvalue()  # its own bytes
+
+
+def _png(image: Image.Image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
 
 
 def overlap(a: tuple[float, ...], b: tuple[float, ...]) -> float:
