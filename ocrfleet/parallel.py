@@ -56,7 +56,7 @@ def run_pages(ctx: Context, page_ids: Sequence[int], jobs: int, on_done: OnDone)
             on_done(page_id, run_page(ctx, page_id))
         return
     settings = worker_settings(ctx.settings, min(jobs, len(page_ids)))
-    todo = list(page_ids)
+    todo = _largest_first(ctx, page_ids)
     for loss in range(1, POOL_LOSSES + 1):
         todo = _pool(settings, todo, min(jobs, len(todo)), on_done)
         if not todo:
@@ -87,6 +87,24 @@ def _pool(settings: Settings, page_ids: list[int], jobs: int, on_done: OnDone) -
                 except BrokenProcessPool:
                     left.append(page_id)
     return left
+
+
+def _largest_first(ctx: Context, page_ids: Sequence[int]) -> list[int]:
+    """The pages by size, largest first: a worker takes the next page when it is free, so
+    a large page left for last would keep one worker busy while the others sit idle."""
+    from sqlalchemy import select
+
+    from ocrfleet.db import models
+
+    with ctx.session() as session:
+        area = dict(
+            session.execute(
+                select(models.Page.id, models.Page.width * models.Page.height).where(
+                    models.Page.id.in_(page_ids)
+                )
+            ).all()
+        )
+    return sorted(page_ids, key=lambda page_id: -(area.get(page_id) or 0))
 
 
 def _still_pending(ctx: Context, page_ids: list[int]) -> list[int]:

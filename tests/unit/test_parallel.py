@@ -60,3 +60,29 @@ def test_a_child_that_has_not_exec_d_is_not_its_parents_memory_twice() -> None:
     child, tree, parent = (float(v) for v in done.stdout.split())
     assert child >= 300  # its own RSS counts the parent's pages, shared copy-on-write
     assert tree < parent + 100
+
+
+def test_workers_take_the_largest_pages_first(tmp_path) -> None:
+    """A three-page TIFF whose middle page is the largest: the pool is given it first."""
+    from PIL import Image
+
+    from ocrfleet.db.migrate import upgrade
+    from ocrfleet.db.session import dispose_engines
+    from ocrfleet.parallel import _largest_first
+    from ocrfleet.service import Context, ingest
+
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        database_url=f"sqlite:///{tmp_path / 'ocrfleet.db'}",
+        store_url=f"file://{tmp_path / 'store'}",
+    )
+    upgrade(settings.database_url)
+    pages = [Image.new("RGB", size, "white") for size in ((300, 400), (900, 1200), (600, 800))]
+    pages[0].save(tmp_path / "three.tif", save_all=True, append_images=pages[1:])
+    ctx = Context(settings)
+    try:
+        outcome = ingest(ctx, str(tmp_path / "three.tif"))
+        first, second, third = outcome.page_ids
+        assert _largest_first(ctx, outcome.page_ids) == [second, third, first]
+    finally:
+        dispose_engines()
