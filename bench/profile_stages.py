@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -72,6 +73,7 @@ class Profile:
 
     def __init__(self) -> None:
         self.times: Counter[str] = Counter()
+        self.cpu: Counter[str] = Counter()  # CPU seconds, this process's and its children's
         self.inference = 0.0
         self._stack: list[list[Any]] = []
 
@@ -84,17 +86,20 @@ class Profile:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if inside is not None and (not self._stack or self._stack[-1][0] != inside):
                 return fn(*args, **kwargs)
-            frame = [stage, 0.0]  # stage, time spent in the calls it made
+            frame = [stage, 0.0, 0.0]  # stage, wall and CPU time spent in the calls it made
             self._stack.append(frame)
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), cpu_seconds()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent = time.perf_counter() - started
+                cpu = cpu_seconds() - cpu_started
                 self._stack.pop()
                 self.times[stage] += spent - frame[1]
+                self.cpu[stage] += cpu - frame[2]
                 if self._stack:
                     self._stack[-1][1] += spent
+                    self._stack[-1][2] += cpu
 
         return timed
 
@@ -108,6 +113,13 @@ class Profile:
                 self.inference += time.perf_counter() - started
 
         return timed
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its children that have ended (the
+    tesseract processes a re-read waits for)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def instrument(toolkit: Toolkit, profile: Profile) -> None:
@@ -183,13 +195,15 @@ def main() -> None:
     warm = Image.new("RGB", (400, 200), "white")
     page_path.process_image(1, warm, toolkit)  # first-call costs out of the numbers
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)
+    cpu_by_kind: dict[str, Counter[str]] = defaultdict(Counter)
     inference: Counter[str] = Counter()
     for kind in args.kinds.split(","):
         if kind not in KINDS:
             raise SystemExit(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
         profile.times.clear()
+        profile.cpu.clear()
         profile.inference = 0.0
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), cpu_seconds()
         for name, image, layer in pages(kind, args.per_kind, settings, profile):
             before, page_started = Counter(profile.times), time.perf_counter()
             processed = page_path.process_image(1, image, toolkit, layer)
@@ -201,16 +215,25 @@ def main() -> None:
             )
         total = time.perf_counter() - started
         profile.times["other"] += total - sum(profile.times.values())
+        profile.cpu["other"] += cpu_seconds() - cpu_started - sum(profile.cpu.values())
         by_kind[kind] = Counter(profile.times)
+        cpu_by_kind[kind] = Counter(profile.cpu)
         inference[kind] = profile.inference
-        _share(kind, by_kind[kind], inference[kind])
-    _share("overall", sum(by_kind.values(), Counter()), sum(inference.values()))
+        _share(kind, by_kind[kind], cpu_by_kind[kind], inference[kind])
+    overall = sum(by_kind.values(), Counter())
+    _share("overall", overall, sum(cpu_by_kind.values(), Counter()), sum(inference.values()))
 
 
-def _share(label: str, times: Counter[str], inference: float) -> None:
+def _share(label: str, times: Counter[str], cpu: Counter[str], inference: float) -> None:
+    """The stages' shares of wall time, then the cores each kept busy (CPU over wall time:
+    below the cores available, a stage leaves them idle)."""
     total = sum(times.values()) or 1.0
     parts = " ".join(f"{stage} {times[stage] / total:.2f}" for stage in STAGES)
     print(f"{label}: {parts}; inference {inference / total:.2f} ({total:.1f} s)")
+    cores = " ".join(
+        f"{stage} {cpu[stage] / times[stage]:.2f}" for stage in STAGES if times[stage] > 0.01
+    )
+    print(f"{label} cores: {cores}; all {sum(cpu.values()) / total:.2f}")
 
 
 if __name__ == "__main__":
