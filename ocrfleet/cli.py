@@ -7,11 +7,13 @@ document or page failed; 2 usage or configuration error (one line, nothing proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import stat
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,14 +187,18 @@ def run(
     with PeakRss() as peak:
         started = time.monotonic()
         outcomes = []
+        preload = _ModelsMeanwhile(ctx) if jobs == 1 else None
+        on_split = preload.start if preload is not None else None
         with console.status(f"splitting {len(inputs)} input(s)"):
             for path in inputs:
                 uri = storable_uri(str(path.absolute()))
                 try:
-                    outcomes.append(ingest(ctx, uri))
+                    outcomes.append(ingest(ctx, uri, on_split=on_split))
                 except StorageError as exc:  # vanished, no permission, an I/O error
                     outcomes.append(record_unreadable(ctx, uri, exc))
         close_idle()  # the renderer's memory is the pages' now
+        if preload is not None:
+            preload.wait()
         pages = [page_id for outcome in outcomes for page_id in outcome.page_ids]
         with _PageProgress(len(pages)) as progress:
             run_pages(ctx, pages, jobs, progress.done)
@@ -217,6 +223,30 @@ def run(
         )
     if any(row.status not in SUCCEEDED for row in rows):
         raise typer.Exit(errors.EXIT_FAILED)
+
+
+class _ModelsMeanwhile:
+    """This process's models loaded in a thread while the inputs are split (from the first
+    input new to the run: a run with nothing to read loads nothing): the split waits on its
+    renderer child, so the two overlap. A model that fails to load here fails again, with
+    its reason, when the first page asks for it."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._load, name="ocrfleet-models", daemon=True)
+            self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+    def _load(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ctx.toolkit  # noqa: B018
 
 
 def _write_results(

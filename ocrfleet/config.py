@@ -126,9 +126,10 @@ class Settings(BaseSettings):
     onnx_threads: int | None = Field(
         None,
         ge=1,
-        description="CPU threads one engine call may use: onnxruntime intra-op threads for "
-        "RapidOCR, concurrent tesseract processes for tesseract; unset: onnxruntime's "
-        "default, and for tesseract the CPUs this process may use",
+        description="CPU threads an engine may use: onnxruntime intra-op threads for the "
+        "detector and layout model, model calls side by side for the RapidOCR and EasyOCR "
+        "recognisers (engines.calls), concurrent tesseract processes for tesseract; unset: "
+        "onnxruntime's default for the models, the CPUs this process may use for the rest",
     )
 
     # Layout, MiniCPM-OCR and the engine chain (issue 10). All enter run_id.

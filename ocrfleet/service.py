@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -126,8 +127,10 @@ def ingest(
     data: bytes | None = None,
     priority: str = "normal",
     metadata: dict[str, Any] | None = None,
+    on_split: Callable[[], None] | None = None,
 ) -> IngestOutcome:
-    """Fetch, hash, dedup, validate and split one input; rejected input is a terminal row."""
+    """Fetch, hash, dedup, validate and split one input; rejected input is a terminal row.
+    `on_split` is called when the input is new to the run, before it is split."""
     run_id = ctx.run_id
     if data is None:
         data = read_uri(uri, ctx.settings)
@@ -137,6 +140,8 @@ def ingest(
         existing = _find_document(session, sha256, run_id, tenant)
         if existing is not None and existing.status != ir.DocumentStatus.pending:
             return _outcome(session, existing, created=False)
+    if on_split is not None:
+        on_split()
 
     common = {
         "run_id": run_id,
