@@ -187,21 +187,19 @@ def run(
     with PeakRss() as peak:
         started = time.monotonic()
         outcomes = []
-        preload = _ModelsMeanwhile(ctx) if jobs == 1 else None
-        on_split = preload.start if preload is not None else None
+        warmup = _Warmup(ctx, jobs)
         with console.status(f"splitting {len(inputs)} input(s)"):
             for path in inputs:
                 uri = storable_uri(str(path.absolute()))
                 try:
-                    outcomes.append(ingest(ctx, uri, on_split=on_split))
+                    outcomes.append(ingest(ctx, uri, on_split=warmup.opened))
                 except StorageError as exc:  # vanished, no permission, an I/O error
                     outcomes.append(record_unreadable(ctx, uri, exc))
         close_idle()  # the renderer's memory is the pages' now
-        if preload is not None:
-            preload.wait()
+        warmup.wait()
         pages = [page_id for outcome in outcomes for page_id in outcome.page_ids]
         with _PageProgress(len(pages)) as progress:
-            run_pages(ctx, pages, jobs, progress.done)
+            run_pages(ctx, pages, jobs, progress.done, warmup.workers)
         seconds = time.monotonic() - started
 
     with ctx.session() as session:
@@ -225,18 +223,27 @@ def run(
         raise typer.Exit(errors.EXIT_FAILED)
 
 
-class _ModelsMeanwhile:
-    """This process's models loaded in a thread while the inputs are split (from the first
-    input new to the run: a run with nothing to read loads nothing): the split waits on its
-    renderer child, so the two overlap. A model that fails to load here fails again, with
-    its reason, when the first page asks for it."""
+class _Warmup:
+    """What reads the pages, made ready while the inputs are split, from the first input new
+    to the run (a run with nothing to read starts nothing). With one job, this process's
+    models, loaded in a thread: the split waits on its renderer child, so the two overlap;
+    a model that fails to load here fails again, with its reason, when the first page asks
+    for it. With N jobs, the N worker processes, once the inputs opened so far have N pages
+    (a run of fewer pages is read in fewer workers, or in this process)."""
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: Context, jobs: int) -> None:
+        from ocrfleet.parallel import Workers
+
+        self.ctx, self.jobs, self.pages = ctx, jobs, 0
         self.thread: threading.Thread | None = None
+        self.workers = Workers(ctx.settings, jobs) if jobs > 1 else None
 
-    def start(self) -> None:
-        if self.thread is None:
+    def opened(self, pages: int) -> None:
+        self.pages += pages
+        if self.workers is not None:
+            if self.pages >= self.jobs:
+                self.workers.start()
+        elif self.thread is None:
             self.thread = threading.Thread(target=self._load, name="ocrfleet-models", daemon=True)
             self.thread.start()
 

@@ -28,7 +28,7 @@ from ocrfleet.engines.calls import available_cpus
 if TYPE_CHECKING:
     from ocrfleet.service import Context
 
-__all__ = ["available_cpus", "run_pages", "worker_settings"]
+__all__ = ["Workers", "available_cpus", "run_pages", "worker_settings"]
 
 POOL_LOSSES = 2  # pools lost under a page before it fails
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT", "OPENBLAS_NUM_THREADS")
@@ -46,19 +46,63 @@ def worker_settings(settings: Settings, jobs: int, cpus: int | None = None) -> S
     return settings.model_copy(update={"onnx_threads": threads})
 
 
-def run_pages(ctx: Context, page_ids: Sequence[int], jobs: int, on_done: OnDone) -> None:
+class Workers:
+    """`jobs` worker processes that may be started before the pages are known (`start`):
+    spawning them and loading their models then overlaps the split of the inputs."""
+
+    def __init__(self, settings: Settings, jobs: int) -> None:
+        self.settings = worker_settings(settings, jobs)
+        self.jobs = jobs
+        self.pool: ProcessPoolExecutor | None = None
+
+    def start(self) -> None:
+        """Spawn every worker now (each runs a call that does nothing, after it has loaded
+        its models)."""
+        if self.pool is not None:
+            return
+        spawn = multiprocessing.get_context("spawn")  # fork would copy threads and connections
+        self.pool = ProcessPoolExecutor(
+            max_workers=self.jobs,
+            mp_context=spawn,
+            initializer=_start_worker,
+            initargs=(self.settings,),
+        )
+        for _ in range(self.jobs):
+            self.pool.submit(_ready)
+
+    def take(self, jobs: int) -> ProcessPoolExecutor | None:
+        """The started pool, for `jobs` workers of these settings; None where it was not
+        started or is not that pool (it is shut down)."""
+        pool, self.pool = self.pool, None
+        if pool is not None and jobs != self.jobs:
+            pool.shutdown(wait=False, cancel_futures=True)
+            return None
+        return pool
+
+
+def run_pages(
+    ctx: Context,
+    page_ids: Sequence[int],
+    jobs: int,
+    on_done: OnDone,
+    workers: Workers | None = None,
+) -> None:
     """Read every page (`run_page`: a failure fails that page alone), in this process when
-    `jobs` is 1, else in `jobs` worker processes; `on_done(page_id, status)` after each."""
+    `jobs` is 1, else in `jobs` worker processes (`workers`' where they were started);
+    `on_done(page_id, status)` after each."""
     from ocrfleet.service import fail_page, run_page
 
-    if jobs <= 1 or len(page_ids) <= 1:
+    jobs = min(jobs, len(page_ids))
+    started = workers.take(jobs) if workers is not None else None
+    if jobs <= 1:
         for page_id in page_ids:
             on_done(page_id, run_page(ctx, page_id))
         return
-    settings = worker_settings(ctx.settings, min(jobs, len(page_ids)))
+    settings = worker_settings(ctx.settings, jobs)
     todo = _largest_first(ctx, page_ids)
     for loss in range(1, POOL_LOSSES + 1):
-        todo = _pool(settings, todo, min(jobs, len(todo)), on_done)
+        todo = _pool(settings, todo, min(jobs, len(todo)), on_done, started)
+        started = None
         if not todo:
             return
         if loss == POOL_LOSSES:
@@ -70,13 +114,21 @@ def run_pages(ctx: Context, page_ids: Sequence[int], jobs: int, on_done: OnDone)
             todo = _still_pending(ctx, todo)
 
 
-def _pool(settings: Settings, page_ids: list[int], jobs: int, on_done: OnDone) -> list[int]:
-    """Run the pages in one pool; returns those left unfinished by a lost pool."""
+def _pool(
+    settings: Settings,
+    page_ids: list[int],
+    jobs: int,
+    on_done: OnDone,
+    started: ProcessPoolExecutor | None = None,
+) -> list[int]:
+    """Run the pages in one pool (`started`, or a new one); returns those left unfinished
+    by a lost pool."""
     spawn = multiprocessing.get_context("spawn")  # fork would copy threads and connections
     left: list[int] = []
-    with ProcessPoolExecutor(
+    pool = started or ProcessPoolExecutor(
         max_workers=jobs, mp_context=spawn, initializer=_start_worker, initargs=(settings,)
-    ) as pool:
+    )
+    with pool:
         running: dict[Future[str], int] = {pool.submit(_read_page, p): p for p in page_ids}
         while running:
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -136,6 +188,10 @@ def _start_worker(settings: Settings) -> None:
     prepare_process()
     _worker = Context(settings)
     _worker.toolkit  # noqa: B018  (load the models now, not in the first page's time)
+
+
+def _ready() -> None:
+    """Nothing: a call that makes the pool spawn a worker (which loads its models first)."""
 
 
 def _read_page(page_id: int) -> str:

@@ -127,10 +127,11 @@ def ingest(
     data: bytes | None = None,
     priority: str = "normal",
     metadata: dict[str, Any] | None = None,
-    on_split: Callable[[], None] | None = None,
+    on_split: Callable[[int], None] | None = None,
 ) -> IngestOutcome:
     """Fetch, hash, dedup, validate and split one input; rejected input is a terminal row.
-    `on_split` is called when the input is new to the run, before it is split."""
+    `on_split(page count)` is called when an input new to the run has been opened and
+    passed the limits, before its pages are rendered."""
     run_id = ctx.run_id
     if data is None:
         data = read_uri(uri, ctx.settings)
@@ -140,8 +141,6 @@ def ingest(
         existing = _find_document(session, sha256, run_id, tenant)
         if existing is not None and existing.status != ir.DocumentStatus.pending:
             return _outcome(session, existing, created=False)
-    if on_split is not None:
-        on_split()
 
     common = {
         "run_id": run_id,
@@ -155,6 +154,8 @@ def ingest(
     try:
         with split_document(data, ctx.settings, uri) as split:
             document = split.document
+            if on_split is not None:
+                on_split(document.page_count)
             pages = _store_pages(ctx, split)
     except InputRejected as rejected:
         return _finish_input(ctx, common, ir.DocumentStatus.rejected, str(rejected))

@@ -93,14 +93,14 @@ def test_one_document_per_tenant(db_url: str, tmp_path: Path) -> None:
 
 
 def test_on_split_is_called_for_an_input_new_to_the_run_only(db_url: str, tmp_path: Path) -> None:
-    """`ocrfleet run` loads its models from the first input it will split: a rerun of known
-    inputs loads nothing."""
+    """`ocrfleet run` loads its models (or starts its workers) from the first input it will
+    split, told its page count: a rerun of known inputs starts nothing."""
     ctx = context(db_url, tmp_path)
     data = pdf_bytes(pages=2)
-    calls: list[str] = []
-    first = ingest(ctx, "upload/a.pdf", data=data, on_split=lambda: calls.append("a"))
-    again = ingest(ctx, "upload/b.pdf", data=data, on_split=lambda: calls.append("b"))
-    assert calls == ["a"] and first.created and not again.created
+    calls: list[tuple[str, int]] = []
+    first = ingest(ctx, "upload/a.pdf", data=data, on_split=lambda n: calls.append(("a", n)))
+    again = ingest(ctx, "upload/b.pdf", data=data, on_split=lambda n: calls.append(("b", n)))
+    assert calls == [("a", 2)] and first.created and not again.created
     assert again.document_id == first.document_id
 
 

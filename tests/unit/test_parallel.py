@@ -86,3 +86,21 @@ def test_workers_take_the_largest_pages_first(tmp_path) -> None:
         assert _largest_first(ctx, outcome.page_ids) == [second, third, first]
     finally:
         dispose_engines()
+
+
+def test_workers_started_early_serve_the_run_or_are_shut_down() -> None:
+    """`run --jobs 2` spawns its workers while the inputs are split; the run takes that pool
+    when it has the pages for both, and a run left with fewer shuts it down."""
+    from ocrfleet.parallel import Workers
+
+    workers = Workers(SETTINGS, 2)
+    assert workers.take(2) is None  # never started
+    workers.start()
+    pool = workers.take(2)
+    assert pool is not None and workers.take(2) is None  # taken once
+    with pool:
+        assert pool.submit(available_cpus).result(timeout=120) >= 1
+    workers.start()
+    started = workers.pool
+    assert workers.take(1) is None
+    assert started is not None and started._shutdown_thread  # type: ignore[attr-defined]
