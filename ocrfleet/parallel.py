@@ -60,13 +60,7 @@ class Workers:
         its models)."""
         if self.pool is not None:
             return
-        spawn = multiprocessing.get_context("spawn")  # fork would copy threads and connections
-        self.pool = ProcessPoolExecutor(
-            max_workers=self.jobs,
-            mp_context=spawn,
-            initializer=_start_worker,
-            initargs=(self.settings,),
-        )
+        self.pool = _new_pool(self.settings, self.jobs)
         for _ in range(self.jobs):
             self.pool.submit(_ready)
 
@@ -123,12 +117,8 @@ def _pool(
 ) -> list[int]:
     """Run the pages in one pool (`started`, or a new one); returns those left unfinished
     by a lost pool."""
-    spawn = multiprocessing.get_context("spawn")  # fork would copy threads and connections
     left: list[int] = []
-    pool = started or ProcessPoolExecutor(
-        max_workers=jobs, mp_context=spawn, initializer=_start_worker, initargs=(settings,)
-    )
-    with pool:
+    with started or _new_pool(settings, jobs) as pool:
         running: dict[Future[str], int] = {pool.submit(_read_page, p): p for p in page_ids}
         while running:
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -139,6 +129,13 @@ def _pool(
                 except BrokenProcessPool:
                     left.append(page_id)
     return left
+
+
+def _new_pool(settings: Settings, jobs: int) -> ProcessPoolExecutor:
+    spawn = multiprocessing.get_context("spawn")  # fork would copy threads and connections
+    return ProcessPoolExecutor(
+        max_workers=jobs, mp_context=spawn, initializer=_start_worker, initargs=(settings,)
+    )
 
 
 def _largest_first(ctx: Context, page_ids: Sequence[int]) -> list[int]:
