@@ -39,6 +39,20 @@ def plan(threads: int | None) -> tuple[int, int]:
     return calls, budget // calls
 
 
+def batches(widths: Sequence[int], batch_size: int, budget: int) -> list[tuple[int, list[int]]]:
+    """The model calls of a recogniser's crops, as (input width, crop indices): crops of
+    one input width share a call, at most `batch_size` of them and `budget` columns in all
+    (a crop wider than the budget is read alone), narrowest first."""
+    by_width: dict[int, list[int]] = {}
+    for i, width in enumerate(widths):
+        by_width.setdefault(width, []).append(i)
+    out: list[tuple[int, list[int]]] = []
+    for width, ids in sorted(by_width.items()):
+        step = max(1, min(batch_size, budget // width))
+        out += [(width, ids[start : start + step]) for start in range(0, len(ids), step)]
+    return out
+
+
 def run(calls: Sequence[Callable[[], T]], costs: Sequence[int], workers: int) -> list[T]:
     """Each call's result, in the calls' order; up to `workers` at once, the costliest
     started first so that the workers finish together."""

@@ -510,13 +510,7 @@ class EasyOCRRecogniser:
         """Each crop's posterior, one model call per width and batch, the calls side by side
         (`calls`); kept in ctc.RECENT."""
         widths = [padded_width(c) for c in crops]
-        by_width: dict[int, list[int]] = {}
-        for i, width in enumerate(widths):
-            by_width.setdefault(width, []).append(i)
-        chunks: list[tuple[int, list[int]]] = []
-        for width, ids in sorted(by_width.items()):
-            step = max(1, min(self.batch_size, WIDTH_BUDGET // width))
-            chunks += [(width, ids[start : start + step]) for start in range(0, len(ids), step)]
+        chunks = calls.batches(widths, self.batch_size, WIDTH_BUDGET)
         batches = calls.run(
             [partial(self._read_batch, crops, width, chunk) for width, chunk in chunks],
             [width * len(chunk) for width, chunk in chunks],

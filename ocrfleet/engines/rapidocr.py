@@ -585,13 +585,8 @@ class RapidRecogniser:
         the crops' keys."""
         arrays = [_to_bgr(c) for c in crops]
         keys = [ctc.crop_key(c) for c in crops] if keys is None else keys
-        by_width: dict[int, list[int]] = {}
-        for i, array in enumerate(arrays):
-            by_width.setdefault(self._padded_width(array), []).append(i)
-        chunks: list[tuple[int, list[int]]] = []
-        for width, ids in sorted(by_width.items()):
-            step = max(1, min(self.batch_size, WIDTH_BUDGET // width))
-            chunks += [(width, ids[start : start + step]) for start in range(0, len(ids), step)]
+        widths = [self._padded_width(array) for array in arrays]
+        chunks = calls.batches(widths, self.batch_size, WIDTH_BUDGET)
         batches = calls.run(
             [partial(self._read_batch, arrays, width, chunk) for width, chunk in chunks],
             [width * len(chunk) for width, chunk in chunks],

@@ -69,8 +69,6 @@ def _embeddable(data: bytes) -> io.BytesIO | Image.Image:
     grey in every pixel as greyscale, and one of black and white only as a bilevel image
     (CCITT G4). Pages are stored as RGB, and fpdf zlib-compresses every pixel it is
     given: a scan's page costs a third of the work as greyscale and almost none as G4."""
-    from PIL import Image
-
     image = Image.open(io.BytesIO(data))
     if image.format == "JPEG":
         return io.BytesIO(data)

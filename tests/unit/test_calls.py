@@ -56,3 +56,11 @@ def test_a_failing_call_fails_the_run() -> None:
 
     with pytest.raises(ValueError, match="unreadable crop"):
         calls.run([lambda: 1, bad, lambda: 3], [1, 1, 1], workers=2)
+
+
+def test_crops_share_a_call_by_width_within_the_budget() -> None:
+    widths = [320, 96, 320, 2000, 96, 320, 320]
+    chunks = calls.batches(widths, batch_size=3, budget=1280)
+    assert chunks == [(96, [1, 4]), (320, [0, 2, 5]), (320, [6]), (2000, [3])]
+    assert sorted(i for _, chunk in chunks for i in chunk) == list(range(len(widths)))
+    assert calls.batches(widths, batch_size=16, budget=640)[1] == (320, [0, 2])
