@@ -73,8 +73,8 @@ DET_MODEL_INT8 = Path(__file__).parent / "models" / "PP-OCRv6_det_small.int8.onn
 DET_MODELS = {"int8": DET_MODEL_INT8, "fp32": DET_MODEL}
 # REC_MODEL with its backbone's convolutions in int8 (the neck and output layer float),
 # built by `scripts/quantize_models.py rec`: 0.5-0.6x the model's time with the same
-# character errors, but more confident on them, so the verifier accepts less at its
-# precision (README, "CPU cost per page"). Opt-in: `OCRFLEET_REC_PRECISION=int8`.
+# character errors (README, "CPU cost per page"). The default, and what the consensus
+# verifier is fitted on; `OCRFLEET_REC_PRECISION=fp32` reads with REC_MODEL.
 REC_MODEL_INT8 = Path(__file__).parent / "models" / "PP-OCRv6_rec_small.int8.onnx"
 REC_MODELS = {"int8": REC_MODEL_INT8, "fp32": REC_MODEL}
 # A crop is read at its own width, rounded up to whole CTC frames (one per WIDTH_STEP
@@ -285,7 +285,7 @@ def detector_version(model_path: Path = DET_MODEL_INT8, text_height: int = TEXT_
     return _version(Path(model_path), _det_params(root, text_height))
 
 
-def recogniser_version(model_path: Path = REC_MODEL) -> str:
+def recogniser_version(model_path: Path = REC_MODEL_INT8) -> str:
     """The recogniser's version without loading the model (for run_id)."""
     return _version(Path(model_path), _rec_params(ParseParams.load(DEFAULT_CFG_PATH)))
 
@@ -534,7 +534,7 @@ class RapidRecogniser:
     name = "rapidocr"
 
     def __init__(
-        self, model_path: Path = REC_MODEL, batch_size: int = 16, threads: int | None = None
+        self, model_path: Path = REC_MODEL_INT8, batch_size: int = 16, threads: int | None = None
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")

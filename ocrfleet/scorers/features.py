@@ -23,7 +23,9 @@ Kinds of evidence, each cheap on a CPU:
   plausible rival reading of another engine (Mor & Wolf, 2018: sequence-level CTC scores
   of this kind separate misreads that every engine's confidence misses);
 
-plus the category. Texts are compared in `ocrfleet.labels.canonical` form, the same form
+plus one feature of the text itself, full stops followed by a lower-case word
+(`stops_before_lowercase`: commas whose tails a scan lost, which every reader misreads the
+same way), and the category. Texts are compared in `ocrfleet.labels.canonical` form, the same form
 the labels use.
 
 Not used any more: the text's shape (digit, punctuation and non-ASCII shares, mixed
@@ -92,6 +94,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     *(f"ctc_{model}_{column}" for model in CTC_MODELS for column in _CTC_COLUMNS),
     # the most plausible other reading against the candidate, under any CTC model
     "ctc_rival_gap",
+    # full stops the next word's case says are commas
+    "text_stop_lower",
     # the category the unit is judged as
     "category_formula",
     "category_table",
@@ -126,7 +130,7 @@ INCREASING: tuple[str, ...] = (
 )
 # Features whose larger values can only mean "more likely wrong": a rival reading the models
 # find likelier than the candidate. Its range is +-LOG_RATIO_CAP.
-DECREASING: tuple[str, ...] = ("ctc_rival_gap",)
+DECREASING: tuple[str, ...] = ("ctc_rival_gap", "text_stop_lower")
 _INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
 
@@ -452,6 +456,25 @@ def pessimistic(
     return row, free
 
 
+# Words a full stop ends as an abbreviation, after which a sentence goes on in lower case.
+_ABBREVIATIONS = frozenset(
+    "al approx ca cf ed eds etc fig figs ibid incl no nos pp resp vol vols vs viz".split()
+)
+_STOP_LOWER = re.compile(r"([^\s.]+)\.\s+(?=[a-z])")
+
+
+def stops_before_lowercase(text: str) -> int:
+    """Full stops followed by a word in lower case, abbreviations aside: in print that is a
+    comma whose tail the scan lost ("diagnosis. drug", "Thomas. and"). All three readers
+    make this misreading together, sure of it, so no agreement or character evidence
+    shows it; the text does."""
+    return sum(
+        1
+        for match in _STOP_LOWER.finditer(text)
+        if match.group(1).lower() not in _ABBREVIATIONS and len(match.group(1)) > 1
+    )
+
+
 def category_features(category: ir.Category) -> dict[str, float]:
     category = ir.Category(category)
     return {
@@ -495,5 +518,6 @@ def unit_features(
     values.update(engine_features(engine, confidence, word_confidence))
     values.update(agreement_features(shown, visible))
     values.update(ctc_features(shown, ctc or {}, [r.text for r in visible.values()]))
+    values["text_stop_lower"] = float(stops_before_lowercase(shown))
     values.update(category_features(category))
     return feature_vector(values)

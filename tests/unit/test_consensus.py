@@ -30,6 +30,8 @@ from ocrfleet.scorers.features import (
     optimistic,
     pessimistic,
     rereads_for,
+    stops_before_lowercase,
+    unit_features,
 )
 from tests.conftest import REALDOCS
 
@@ -371,6 +373,20 @@ def test_the_least_confident_word_is_a_feature_of_its_own() -> None:
     # without word confidences the column falls back to the line's
     assert engine_features("rapidocr", 0.97)["wconf_rapidocr"] == with_words["conf_rapidocr"]
     assert engine_features("minicpm", None, 0.5)["wconf_other"] == 0.0
+
+
+def test_a_full_stop_before_a_lower_case_word_counts_as_a_lost_comma() -> None:
+    """UW3 lines whose commas every reader took for full stops, and what must not count."""
+    assert stops_before_lowercase("eral medical diagnosis. drug ther-") == 1
+    assert stops_before_lowercase("M. Sabourin, A. Mitiche, D. Thomas. and G. Nagy") == 1
+    assert stops_before_lowercase("features are dense. stable. and fast. so") == 3
+    for text in ("e.g. the", "et al. and", "Fig. 3 shows", "the end. The next", "a job."):
+        assert stops_before_lowercase(text) == 0, text
+    column = FEATURE_NAMES.index("text_stop_lower")
+    for text, count in (("leads. and hepatic", 1.0), ("leads, and hepatic", 0.0)):
+        row = unit_features(text, ir.Category.text, "rapidocr", 0.99, {})
+        assert row[column] == count
+    assert "text_stop_lower" in DECREASING  # more of them never raises a score
 
 
 def test_a_doubtful_word_never_raises_the_score(scorer) -> None:

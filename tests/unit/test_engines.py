@@ -354,15 +354,12 @@ def test_recogniser_precision_picks_the_model_and_enters_the_run():
         load_recognisers(Settings(engines=["rapidocr"], rec_precision=p))[0]
         for p in ("int8", "fp32")
     )
-    assert (int8.version, fp32.version) == (
-        recogniser_version(REC_MODEL_INT8),
-        recogniser_version(),
-    )
+    assert (int8.version, fp32.version) == (recogniser_version(), recogniser_version(REC_MODEL))
     assert int8.version != fp32.version
     described = describe_engines(Settings(engines=["rapidocr"]))
-    assert described["recognisers"] == [{"name": "rapidocr", "version": fp32.version}]
-    described = describe_engines(Settings(engines=["rapidocr"], rec_precision="int8"))
     assert described["recognisers"] == [{"name": "rapidocr", "version": int8.version}]
+    described = describe_engines(Settings(engines=["rapidocr"], rec_precision="fp32"))
+    assert described["recognisers"] == [{"name": "rapidocr", "version": fp32.version}]
 
 
 def test_the_int8_recogniser_quantises_its_backbone_only_and_reads_as_fp32_reads():
