@@ -25,8 +25,8 @@ Kinds of evidence, each cheap on a CPU:
 
 plus one feature of the text itself, full stops followed by a lower-case word
 (`stops_before_lowercase`: commas whose tails a scan lost, which every reader misreads the
-same way), and the category. Texts are compared in `ocrfleet.labels.canonical` form, the same form
-the labels use.
+same way), and the category. Texts are compared in `ocrfleet.labels.canonical` form, the
+same form the labels use.
 
 Not used any more: the text's shape (digit, punctuation and non-ASCII shares, mixed
 letters and digits, inner capitals, one-character words) and the ink cut by the crop's left
@@ -458,7 +458,8 @@ def pessimistic(
 
 # Words a full stop ends as an abbreviation, after which a sentence goes on in lower case.
 _ABBREVIATIONS = frozenset(
-    "al approx ca cf ed eds etc fig figs ibid incl no nos pp resp vol vols vs viz".split()
+    {"al", "approx", "ca", "cf", "ed", "eds", "etc", "fig", "figs", "ibid", "incl", "no"}
+    | {"nos", "pp", "resp", "vol", "vols", "vs", "viz"}
 )
 _STOP_LOWER = re.compile(r"([^\s.]+)\.\s+(?=[a-z])")
 
