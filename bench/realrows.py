@@ -114,6 +114,9 @@ class RealRow:
     line: str = ""  # the ground-truth line's identity in its annotation
     # CTC model -> what it says about the crop (the `--ctc` pass); empty before that pass
     ctc: dict[str, CtcRecord] = field(default_factory=dict)
+    # engine -> the version that read it or gave its CTC evidence (the cache's `name@version`
+    # keys): the weights record which readers they were fitted on
+    versions: dict[str, str] = field(default_factory=dict)
 
     def crop(self) -> Image.Image:
         page = _image(self.image)
@@ -396,6 +399,7 @@ def load_rows(set_name: str, *, ctc: bool = False) -> list[RealRow]:
         row = RealRow(
             record["set"], record["doc"], record["id"], record["source"], record["image"],
             bbox, truth, record["case_sensitive"], reads, line_id,
+            versions=_versions(record["reads"]),
         )  # fmt: skip
         if ctc and row.source in CTC_SOURCES[set_name]:
             found = evidence.get(crop_id(row))
@@ -648,7 +652,15 @@ def with_ctc(rows: Sequence[RealRow], records: Sequence[dict[str, dict]]) -> lis
 
 def _merged(row: RealRow, record: dict) -> RealRow:
     reads = {name.split("@", 1)[0]: _reading(v) for name, v in record["reads"].items()}
-    return replace(row, reads={**row.reads, **reads}, ctc=_parse_models(record["models"]))
+    versions = {**row.versions, **_versions(record["reads"]), **_versions(record["models"])}
+    return replace(
+        row, reads={**row.reads, **reads}, ctc=_parse_models(record["models"]), versions=versions
+    )
+
+
+def _versions(keyed: dict) -> dict[str, str]:
+    """engine -> version from a cache record's `name@version` keys."""
+    return dict(tuple(key.split("@", 1)) for key in keyed if "@" in key)
 
 
 def _reading(value) -> Reading | None:

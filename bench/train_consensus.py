@@ -242,6 +242,16 @@ class _NoReader:
         raise AssertionError("training reads from the cache")
 
 
+def reader_versions(rows: Sequence[RealRow]) -> dict[str, list[str]]:
+    """engine -> the versions that read the rows: a fit belongs to the readers it saw (the
+    default recogniser's readings, not another precision's)."""
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        for engine, version in row.versions.items():
+            found.setdefault(engine, set()).add(version)
+    return {engine: sorted(versions) for engine, versions in sorted(found.items())}
+
+
 def rows_sha256(rows: Sequence[RealRow]) -> str:
     """What the examples are built from: ids, truths and every reading."""
     digest = hashlib.sha256()
@@ -829,6 +839,7 @@ def train(rows: Sequence[RealRow], out: Path = WEIGHTS_PATH, keep: dict | None =
         "early": early_document,
         "training": {
             "source": "bench/train_consensus.py on bench/realrows.py rows",
+            "readers": reader_versions(rows),
             "rows_sha256": row_hashes,
             "data_sha256": data_sha256(x[ok], y[ok], kept_docs),
             "n": int(ok.sum()),

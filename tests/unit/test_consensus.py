@@ -223,6 +223,19 @@ def test_weights_file_matches_the_code_and_records_its_evidence() -> None:
             assert evidence["path"]["lower_bound_95"] >= training["precision_target"]
 
 
+def test_the_shipped_weights_are_fitted_on_the_default_readers_readings() -> None:
+    """A calibration belongs to the readings it was fitted on: the default recogniser's
+    (int8 since Session 18; fp32's confidences differ) and the pinned EasyOCR model's."""
+    from ocrfleet.engines import easyocr
+    from ocrfleet.engines.rapidocr import REC_MODELS, recogniser_version
+
+    readers = json.loads(WEIGHTS_PATH.read_text(encoding="utf-8"))["training"]["readers"]
+    default = REC_MODELS[Settings.model_fields["rec_precision"].default]
+    assert readers["rapidocr"] == [recogniser_version(default)]
+    assert readers["easyocr"] == [easyocr.version()]
+    assert set(readers) == {"rapidocr", "tesseract", "easyocr"}
+
+
 def test_shipped_model_scores_without_scikit_learn() -> None:
     import subprocess
     import sys
