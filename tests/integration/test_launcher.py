@@ -63,6 +63,18 @@ def pinned_children(launcher_pid: int) -> dict[str, int]:
     return found
 
 
+def living_environs(pids: list[int]) -> dict[int, dict[str, str]]:
+    """The environment of each of `pids` still running: a short-lived child (a model
+    loader's subprocess) may exit between the listing and the read."""
+    found = {}
+    for pid in pids:
+        try:
+            found[pid] = environ_of(pid)
+        except OSError:
+            continue
+    return found
+
+
 def test_launcher_pins_restarts_and_drains(
     env: dict[str, str], tmp_path: Path, started: list[Workers]
 ) -> None:
@@ -81,10 +93,12 @@ def test_launcher_pins_restarts_and_drains(
     for device, pid in pinned.items():
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert f"gpu{device}@%h".encode() in cmdline
-        pool = eventually(lambda pid=pid: descendants(pid), 120, f"the pool of gpu{device}")
-        assert {environ_of(child)["CUDA_VISIBLE_DEVICES"] for child in pool} == {device}
+        pool = eventually(
+            lambda pid=pid: living_environs(descendants(pid)), 120, f"the pool of gpu{device}"
+        )
+        assert {env["CUDA_VISIBLE_DEVICES"] for env in pool.values()} == {device}
         # glibc reads its tunables at start: the worker runs the models on huge pages.
-        tunables = {environ_of(p).get("GLIBC_TUNABLES", "") for p in [pid, *pool]}
+        tunables = {e.get("GLIBC_TUNABLES", "") for e in [environ_of(pid), *pool.values()]}
         assert all(HUGE_PAGES in t for t in tunables), tunables
     app = create_app(settings)
     host = socket.gethostname()
