@@ -9,7 +9,7 @@ EXTRAS="${EXTRAS:-tesseract}"
 need_apt=()
 command -v tesseract >/dev/null 2>&1 || need_apt+=(tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim)
 [ -f /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc ] || need_apt+=(fonts-noto-cjk)
-# The searchable PDF's text layer font, and pdftotext for its tests.
+# The font the synthetic test pages and examples are drawn in, and pdftotext for the PDF tests.
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 command -v pdftotext >/dev/null 2>&1 || need_apt+=(poppler-utils)
 if [ ${#need_apt[@]} -gt 0 ]; then

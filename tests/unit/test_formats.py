@@ -120,6 +120,49 @@ def test_pdf_page_image_is_the_stored_page_in_fewest_channels(scanned) -> None:
     assert np.array_equal(np.asarray(embedded.convert("L")), np.asarray(stored.convert("L")))
 
 
+@pytest.mark.parametrize("kind", ["colour", "grey", "jpeg"])
+def test_pdf_page_image_has_the_stored_pixels(kind: str) -> None:
+    """Each way a page image goes into the PDF (a colour PNG's own compressed pixels,
+    greyscale, a JPEG's own bytes; CCITT G4 is the test above, on a real scan) decodes to
+    the stored page's pixels."""
+    import pikepdf
+    from pikepdf import PdfImage
+
+    from ocrfleet.formats import pdf as searchable
+    from ocrfleet.formats.document import DocumentView, PageView
+    from ocrfleet.pipeline.images import encode_png
+
+    rng = np.random.default_rng(5)
+    grey = rng.integers(0, 256, (50, 70), dtype=np.uint8)
+    pixels = {
+        "colour": rng.integers(0, 256, (50, 70, 3), dtype=np.uint8),
+        "grey": np.repeat(grey[..., None], 3, axis=2),
+        "jpeg": rng.integers(0, 256, (50, 70, 3), dtype=np.uint8),
+    }[kind]
+    if kind == "jpeg":
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, format="JPEG")
+        stored = out.getvalue()
+        pixels = np.asarray(Image.open(io.BytesIO(stored)).convert("RGB"))
+    else:
+        stored = encode_png(Image.fromarray(pixels))
+    page = PageView(1, 70, 50, "done", None, "x", [])
+    doc = DocumentView(1, "r", "0" * 64, "x", None, "done", None, 1, 1, 0, None, 200, [page])
+    with pikepdf.open(io.BytesIO(searchable.render(doc, lambda _: stored))) as pdf:
+        (raw,) = pdf.pages[0].get_images().values()
+        expected = {
+            "colour": "/FlateDecode",
+            "grey": "/FlateDecode",
+            "jpeg": "/DCTDecode",
+        }[kind]
+        assert raw.Filter == expected
+        embedded = PdfImage(raw).as_pil_image()
+        own_bytes = raw.read_raw_bytes() == stored
+    assert embedded.mode == {"colour": "RGB", "grey": "L", "jpeg": "RGB"}[kind]
+    assert own_bytes == (kind == "jpeg")
+    assert np.array_equal(np.asarray(embedded.convert("RGB")), pixels)
+
+
 def test_page_images_keep_their_pixels_in_fewer_channels() -> None:
     rng = np.random.default_rng(3)
     grey = rng.integers(0, 256, (40, 60), dtype=np.uint8)
@@ -139,6 +182,61 @@ def _png(image: Image.Image) -> bytes:
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()
+
+
+def test_pdf_text_layer_gives_back_any_script_and_markup_as_written(tmp_path: Path) -> None:
+    """The glyphless font draws every character the same blank way and maps it back to
+    itself: CJK, accents, a character beyond the BMP and markup come out of `pdftotext` as
+    the words were, each where its box is; the title (a tenant's filename) is a string."""
+    from ocrfleet.formats import pdf as searchable
+    from ocrfleet.formats.document import DocumentView, PageView, RegionView
+
+    words = ["漢字テキスト", "naïve", "Ünïcödé", "<script>alert(1)</script>", "(paren", "𝔘nicode"]
+    placed = [
+        ir.Word(
+            text=t,
+            bbox=ir.BBox(
+                x0=40 + 260 * (i % 2),
+                y0=40 + 60 * (i // 2),
+                x1=280 + 260 * (i % 2),
+                y1=80 + 60 * (i // 2),
+            ),
+            line=i // 2,
+        )
+        for i, t in enumerate(words)
+    ]
+    region = RegionView(
+        region=ir.Region(number=1, bbox=ir.BBox(x0=0, y0=0, x1=600, y1=240)),
+        text=" ".join(words),
+        words=placed,
+        engine="rapidocr",
+        confidence=0.9,
+        decision=None,
+        review=None,
+        candidates=[],
+        scores=[],
+    )
+    page = PageView(1, 600, 240, "done", None, "x", [region])
+    title = "<b>) /JS (app.alert(1)) >>.pdf"
+    doc = DocumentView(
+        1, "r", "0" * 64, "x", None, "done", None, 1, 1, 0, {"filename": title}, 200, [page]
+    )
+    path = tmp_path / "scripts.pdf"
+    path.write_bytes(searchable.render(doc, lambda _: _png(Image.new("RGB", (600, 240), "white"))))
+    extracted = subprocess.run(
+        ["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    assert extracted.split() == words, extracted
+    info = subprocess.run(["pdfinfo", str(path)], capture_output=True, text=True, check=True)
+    assert f"Title:           {title}" in info.stdout.splitlines()
+    xml = subprocess.run(
+        ["pdftotext", "-bbox", str(path), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    found = etree.fromstring(xml.encode(), etree.XMLParser(recover=True))
+    to_px = 600 / float(found.find(".//{*}page").get("width"))
+    for element, word in zip(found.iter("{*}word"), placed, strict=True):
+        x0, y0, x1, y1 = (float(element.get(k)) * to_px for k in ("xMin", "yMin", "xMax", "yMax"))
+        assert overlap((x0, y0, x1, y1), word.bbox.as_tuple()) > 0.8, (word.text, (x0, y0, x1, y1))
 
 
 def overlap(a: tuple[float, ...], b: tuple[float, ...]) -> float:
