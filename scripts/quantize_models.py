@@ -174,61 +174,83 @@ def quantise(
         )
 
 
-def fuse_gelu(path: Path) -> int:
-    """Replace each float GELU, x * (erf(x / sqrt 2) + 1) * 0.5 as Div, Erf, Add, Mul, Mul,
-    by onnxruntime's one `Gelu` operator (com.microsoft), in place; the number fused."""
-    model = onnx.load(str(path))
-    graph = model.graph
-    values = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    producer = {name: node for node in graph.node for name in node.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+class _Graph:
+    """A model's graph as the fusions below read it: each value's producer and consumers,
+    and its constants (initializers and Constant nodes) by name."""
 
-    def only_consumer(node: onnx.NodeProto, op_type: str) -> onnx.NodeProto | None:
-        found = consumers.get(node.output[0], [])
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.graph = graph = model.graph
+        self.values = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        self.values |= {
+            node.output[0]: numpy_helper.to_array(node.attribute[0].t)
+            for node in graph.node
+            if node.op_type == "Constant"
+        }
+        self.producer = {name: node for node in graph.node for name in node.output}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+
+    def scalar(self, name: str) -> float | None:
+        value = self.values.get(name)
+        return float(value.ravel()[0]) if value is not None and value.size == 1 else None
+
+    def other_scalar(self, node: onnx.NodeProto, name: str) -> float | None:
+        """The constant `node` takes besides the value `name`."""
+        others = [other for other in node.input if other != name]
+        return self.scalar(others[0]) if len(others) == 1 else None
+
+    def only(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        """The one node that takes the value `name`, if it is an `op_type`."""
+        found = self.consumers.get(name, [])
         return found[0] if len(found) == 1 and found[0].op_type == op_type else None
 
-    def constant(node: onnx.NodeProto, other: str) -> float | None:
-        names = [name for name in node.input if name != other]
-        value = values.get(names[0]) if len(names) == 1 else None
-        return float(value) if value is not None and value.size == 1 else None
+    def replace(self, fused: dict[str, onnx.NodeProto], dropped: set[str]) -> None:
+        """Put each `fused` node in place of the node it is keyed by, drop the nodes named
+        in `dropped`, then the initializers no node reads any more."""
+        graph = self.graph
+        nodes = [fused.get(node.name, node) for node in graph.node if node.name not in dropped]
+        del graph.node[:]
+        graph.node.extend(nodes)
+        used = {name for node in graph.node for name in node.input}
+        kept = [i for i in graph.initializer if i.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
 
+
+def fuse_gelu(source: Path, out: Path) -> int:
+    """Write `source` to `out` with each float GELU, x * (erf(x / sqrt 2) + 1) * 0.5 as Div,
+    Erf, Add, Mul, Mul, replaced by onnxruntime's one `Gelu` (com.microsoft); the number
+    fused."""
+    model = onnx.load(str(source))
+    graph = _Graph(model)
     fused: dict[str, onnx.NodeProto] = {}  # the chain's last node -> its Gelu
     dropped: set[str] = set()
-    for erf in (node for node in graph.node if node.op_type == "Erf"):
-        div = producer.get(erf.input[0])
-        if div is None or div.op_type != "Div" or len(consumers[div.output[0]]) != 1:
+    for erf in (node for node in model.graph.node if node.op_type == "Erf"):
+        div = graph.producer.get(erf.input[0])
+        if div is None or div.op_type != "Div" or len(graph.consumers[div.output[0]]) != 1:
             continue
-        x = div.input[0]
-        add = only_consumer(erf, "Add")
-        if not all(node.name for node in (div, erf, add) if node is not None):
-            continue  # unnamed nodes could not be told apart below
-        mul = add and only_consumer(add, "Mul")
-        half = mul and only_consumer(mul, "Mul")
+        x, add = div.input[0], graph.only(erf.output[0], "Add")
+        mul = add and graph.only(add.output[0], "Mul")
+        half = mul and graph.only(mul.output[0], "Mul")
         if (
             half is None
-            or not math.isclose(constant(div, x) or 0, math.sqrt(2), rel_tol=1e-6)
-            or constant(add, erf.output[0]) != 1.0
+            or not math.isclose(graph.other_scalar(div, x) or 0, math.sqrt(2), rel_tol=1e-6)
+            or graph.other_scalar(add, erf.output[0]) != 1.0
             or x not in mul.input
-            or constant(half, mul.output[0]) != 0.5
+            or graph.other_scalar(half, mul.output[0]) != 0.5
+            or not all(node.name for node in (div, erf, add, mul, half))
         ):
             continue
         dropped |= {div.name, erf.name, add.name, mul.name}
         fused[half.name] = helper.make_node(
             "Gelu", [x], list(half.output), name=f"{erf.name}_gelu", domain="com.microsoft"
         )
-    nodes = [fused.get(node.name, node) for node in graph.node if node.name not in dropped]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used = {name for node in graph.node for name in node.input}
-    kept = [i for i in graph.initializer if i.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+    graph.replace(fused, dropped)
     if fused and not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    onnx.save(model, str(path))
+    onnx.save(model, str(out))
     return len(fused)
 
 
@@ -237,41 +259,21 @@ def fuse_hard_swish(source: Path, out: Path) -> int:
     Mul, Div, replaced by one `HardSwish` (the model raised to opset 14, which has it); the
     number fused."""
     model = onnx.load(str(source))
-    graph = model.graph
-    values = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    values |= {
-        node.output[0]: numpy_helper.to_array(node.attribute[0].t)
-        for node in graph.node
-        if node.op_type == "Constant"
-    }
-    producer = {name: node for node in graph.node for name in node.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-
-    def scalar(name: str) -> float | None:
-        value = values.get(name)
-        return float(value.ravel()[0]) if value is not None and value.size == 1 else None
-
-    def only(name: str, op_type: str) -> onnx.NodeProto | None:
-        found = consumers.get(name, [])
-        return found[0] if len(found) == 1 and found[0].op_type == op_type else None
-
+    graph = _Graph(model)
     fused: dict[str, onnx.NodeProto] = {}  # the Div that ends each chain -> its HardSwish
     dropped: set[str] = set()
-    for clip in (node for node in graph.node if node.op_type == "Clip"):
-        add = producer.get(clip.input[0])
-        if add is None or add.op_type != "Add" or scalar(add.input[1]) != 3.0:
+    for clip in (node for node in model.graph.node if node.op_type == "Clip"):
+        add = graph.producer.get(clip.input[0])
+        if add is None or add.op_type != "Add" or graph.scalar(add.input[1]) != 3.0:
             continue
-        x, mul = add.input[0], only(clip.output[0], "Mul")
-        div = mul and only(mul.output[0], "Div")
+        x, mul = add.input[0], graph.only(clip.output[0], "Mul")
+        div = mul and graph.only(mul.output[0], "Div")
         if (
             div is None
-            or len(consumers[add.output[0]]) != 1
-            or [scalar(name) for name in clip.input[1:]] != [0.0, 6.0]
+            or len(graph.consumers[add.output[0]]) != 1
+            or [graph.scalar(name) for name in clip.input[1:]] != [0.0, 6.0]
             or x not in mul.input
-            or scalar(div.input[1]) != 6.0
+            or graph.scalar(div.input[1]) != 6.0
             or not all(node.name for node in (add, clip, mul, div))
         ):
             continue
@@ -279,9 +281,7 @@ def fuse_hard_swish(source: Path, out: Path) -> int:
         fused[div.name] = helper.make_node(
             "HardSwish", [x], list(div.output), name=f"{clip.name}_hard_swish"
         )
-    nodes = [fused.get(node.name, node) for node in graph.node if node.name not in dropped]
-    del graph.node[:]
-    graph.node.extend(nodes)
+    graph.replace(fused, dropped)
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx"):
             opset.version = max(opset.version, 14)
@@ -317,7 +317,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     quantise(source, batches, out, only)
     if args.model in FUSE_GELU:
-        print(f"fused {fuse_gelu(out)} GELUs")
+        print(f"fused {fuse_gelu(out, out)} GELUs")
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     print(f"wrote {out} ({out.stat().st_size} bytes) from {len(batches)} inputs")
     print(f"sha256 {digest}")

@@ -73,7 +73,7 @@ DET_MODEL_INT8 = Path(__file__).parent / "models" / "PP-OCRv6_det_small.int8.onn
 DET_MODELS = {"int8": DET_MODEL_INT8, "fp32": DET_MODEL}
 # REC_MODEL with its backbone's convolutions in int8 (the neck and output layer float) and
 # its GELUs fused, built by `scripts/quantize_models.py rec`: 0.5-0.6x the model's time with
-# the same character errors (README, "CPU cost per page"), and 0.75-0.83x that again with the
+# the same character errors (README, "CPU cost per page"), and 0.77-0.83x that again with the
 # GELUs fused (the same posteriors, bit for bit). The default, and what the consensus
 # verifier is fitted on; `OCRFLEET_REC_PRECISION=fp32` reads with REC_MODEL.
 REC_MODEL_INT8 = Path(__file__).parent / "models" / "PP-OCRv6_rec_small.int8.onnx"

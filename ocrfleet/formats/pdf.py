@@ -6,7 +6,7 @@ word box's height, horizontal scaling to its width, so selecting, searching and
 The text layer's font is glyphless, as in tesseract's and OCRmyPDF's PDFs: every character
 is the same blank glyph half an em wide, and the ToUnicode map gives back the character
 itself. Text of any script goes in as written, and writing a page costs no font to parse,
-measure or subset (a real font's did, ~0.1 s a page)."""
+measure or subset (a real font's took ~0.2 s a page)."""
 
 from __future__ import annotations
 
