@@ -42,6 +42,7 @@ from omegaconf import DictConfig, flag_override
 from PIL import Image
 from rapidocr.cal_rec_boxes.main import CalRecBoxes
 from rapidocr.ch_ppocr_det import TextDetector
+from rapidocr.ch_ppocr_det.utils import DetPreProcess
 from rapidocr.ch_ppocr_rec import TextRecognizer
 from rapidocr.main import DEFAULT_CFG_PATH
 from rapidocr.utils.parse_parameters import ParseParams
@@ -261,13 +262,44 @@ def _min_short(det: DictConfig) -> int:
     return int(det.limit_side_len) if det.limit_type == "min" else 0
 
 
+class _TablePreProcess(DetPreProcess):
+    """rapidocr's detector preprocessing with its normalisation looked up per channel from
+    a table of the 256 values it can give a byte: the same float32 input, bit for bit,
+    for ~0.3x the time (rapidocr computes it in float64 over the whole page, ~15 ms a
+    960 x 736 call here)."""
+
+    def __init__(self, det: TextDetector) -> None:
+        super().__init__(det.limit_side_len, det.limit_type, det.mean, det.std)
+        values = np.arange(256, dtype=np.uint8)[:, None, None].repeat(3, axis=2)
+        self._table = np.ascontiguousarray(self.normalize(values)[:, 0, :].T, dtype=np.float32)
+
+    def __call__(self, img: np.ndarray) -> np.ndarray | None:
+        if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+            return super().__call__(img)
+        resized = self.resize(img)
+        if resized is None:
+            return None
+        out = np.empty((1, 3, *resized.shape[:2]), dtype=np.float32)
+        for channel in range(3):
+            np.take(self._table[channel], resized[:, :, channel], out=out[0, channel])
+        return out
+
+
+def _tabled(det: TextDetector) -> TextDetector:
+    """`det`, its preprocessing through `_TablePreProcess` (one per detector: rapidocr
+    makes a new one per call from the same settings)."""
+    pre = _TablePreProcess(det)
+    det.get_preprocess = lambda: pre
+    return det
+
+
 def _native(det: TextDetector) -> TextDetector:
     """`det` (the same session) without its resizing, for windows already at detection
     scale: a window lower than limit_side_len would otherwise be scaled up, and read at
     another scale than the page."""
     native = copy.copy(det)
     native.limit_type, native.limit_side_len = "max", math.inf
-    return native
+    return _tabled(native)
 
 
 def _rec_params(root: DictConfig) -> dict[str, Any]:
@@ -345,7 +377,7 @@ class RapidDetector:
         _quiet_rapidocr()
         root = _config("Det", Path(model_path), threads)
         g = root.Global
-        self._det = TextDetector(root.Det)
+        self._det = _tabled(TextDetector(root.Det))
         self._window_det = _native(self._det)
         self._min_side, self._max_side = int(g.min_side_len), int(g.max_side_len)
         self._min_short = _min_short(root.Det)

@@ -6,6 +6,7 @@ import logging
 import random
 import shutil
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -118,6 +119,20 @@ def test_reading_at_its_own_width_beats_padding_to_320(monkeypatch):
     monkeypatch.setattr("ocrfleet.engines.rapidocr.MIN_WIDTH", 320)
     padded = errors(RapidRecogniser().recognise(crops))
     assert len(crops) > 100 and own < padded, (own, padded)
+
+
+def test_the_detector_input_is_rapidocrs_bit_for_bit(detector):
+    """The normalisation by table gives the float32 input rapidocr's own preprocessing
+    gives, on a real scan, for the page detector and the windows' (no resizing)."""
+    from rapidocr.ch_ppocr_det.utils import DetPreProcess
+
+    scan = Image.open(REALDOCS / "tesseract_test" / "phototest.tif").convert("RGB")
+    bgr = np.ascontiguousarray(np.asarray(scan)[:, :, ::-1])
+    for det in (detector._det, detector._window_det):
+        ours = det.get_preprocess()(bgr)
+        theirs = DetPreProcess(det.limit_side_len, det.limit_type, det.mean, det.std)(bgr)
+        assert ours.dtype == theirs.dtype == np.float32 and ours.shape == theirs.shape
+        assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
 
 
 def test_rapid_recogniser_rejects_an_empty_crop(rapid):

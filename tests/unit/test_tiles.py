@@ -4,6 +4,7 @@ it could not take whole (a 59 Mpx page with one line, strips of extreme aspect r
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 from PIL import Image, ImageDraw, ImageFont
@@ -150,6 +151,42 @@ def test_two_columns_one_band_joined_are_kept_as_the_other_band_split_them() -> 
         (100, 1000, 1400, 1040),
         (102, 1001, 1398, 1041),
     ]
+
+
+def test_finer_drops_what_a_pairwise_reading_of_its_rule_drops() -> None:
+    """The rule over every pair at once drops the boxes one pair at a time would: random
+    lines, half of them seen by another window as two pieces side by side."""
+    rng = random.Random(3)
+
+    def pairwise(found):
+        dropped = set()
+        for i, (wi, a, _) in enumerate(found):
+            pieces: dict[int, list[ir.BBox]] = {}
+            for wj, b, _ in found:
+                if wj != wi and b.share_inside(a) >= tiles.SAME_TEXT and b.width < a.width:
+                    pieces.setdefault(wj, []).append(b)
+            for boxes in pieces.values():
+                boxes.sort(key=lambda b: b.x0)
+                if len(boxes) > 1 and all(
+                    p.x1 <= q.x0 + tiles.OVERLAP_X for p, q in itertools.pairwise(boxes)
+                ):
+                    dropped.add(i)
+        return [f for i, f in enumerate(found) if i not in dropped]
+
+    dropped = 0
+    for _ in range(60):
+        found = []
+        for _ in range(rng.randint(1, 40)):
+            x0, y0, w, h = rng.randint(0, 900), rng.randint(0, 900), rng.randint(20, 300), 20
+            found.append((rng.randint(0, 1), box(x0, y0, x0 + w, y0 + h), 0.9))
+            if rng.random() < 0.5:
+                cut = x0 + w // 2 + rng.randint(-5, 5)
+                found.append((2, box(x0 + rng.randint(0, 4), y0, cut, y0 + h), 0.9))
+                found.append((2, box(cut + rng.randint(-3, 8), y0 + 1, x0 + w + 9, y0 + h), 0.9))
+        expected = pairwise(found)
+        assert tiles.finer(found) == expected
+        dropped += len(found) - len(expected)
+    assert dropped > 50  # the rule was exercised, not only passed through
 
 
 def test_stacked_lines_of_different_windows_stay_apart() -> None:
