@@ -264,9 +264,9 @@ def _min_short(det: DictConfig) -> int:
 
 class _TablePreProcess(DetPreProcess):
     """rapidocr's detector preprocessing with its normalisation looked up per channel from
-    a table of the 256 values it can give a byte: the same float32 input, bit for bit,
-    for ~0.3x the time (rapidocr computes it in float64 over the whole page, ~15 ms a
-    960 x 736 call here)."""
+    a table of the 256 values it can give a byte: the same float32 input, bit for bit, in
+    0.3-0.4x the time (rapidocr computes it in float64 over the whole page: 13.7 against
+    5.5 ms at 736 x 992, 41.9 against 12.0 ms at 1504 x 1216, resizing included)."""
 
     def __init__(self, det: TextDetector) -> None:
         super().__init__(det.limit_side_len, det.limit_type, det.mean, det.std)
