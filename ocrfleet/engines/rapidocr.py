@@ -42,7 +42,6 @@ from omegaconf import DictConfig, flag_override
 from PIL import Image
 from rapidocr.cal_rec_boxes.main import CalRecBoxes
 from rapidocr.ch_ppocr_det import TextDetector
-from rapidocr.ch_ppocr_det.utils import DetPreProcess
 from rapidocr.ch_ppocr_rec import TextRecognizer
 from rapidocr.main import DEFAULT_CFG_PATH
 from rapidocr.utils.parse_parameters import ParseParams
@@ -58,6 +57,7 @@ from ocrfleet import (
     offline,  # noqa: F401, I001  (telemetry off before onnxruntime loads)
 )
 from ocrfleet.engines import base, calls
+from ocrfleet.engines.normalise import TablePreprocess
 from ocrfleet.memory import release_memory
 from ocrfleet.pipeline import tiles
 from ocrfleet.pipeline.regions import order_regions, polygon_bbox
@@ -262,33 +262,11 @@ def _min_short(det: DictConfig) -> int:
     return int(det.limit_side_len) if det.limit_type == "min" else 0
 
 
-class _TablePreProcess(DetPreProcess):
-    """rapidocr's detector preprocessing with its normalisation looked up per channel from
-    a table of the 256 values it can give a byte: the same float32 input, bit for bit, in
-    0.3-0.4x the time (rapidocr computes it in float64 over the whole page: 13.7 against
-    5.5 ms at 736 x 992, 41.9 against 12.0 ms at 1504 x 1216, resizing included)."""
-
-    def __init__(self, det: TextDetector) -> None:
-        super().__init__(det.limit_side_len, det.limit_type, det.mean, det.std)
-        values = np.arange(256, dtype=np.uint8)[:, None, None].repeat(3, axis=2)
-        self._table = np.ascontiguousarray(self.normalize(values)[:, 0, :].T, dtype=np.float32)
-
-    def __call__(self, img: np.ndarray) -> np.ndarray | None:
-        if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
-            return super().__call__(img)
-        resized = self.resize(img)
-        if resized is None:
-            return None
-        out = np.empty((1, 3, *resized.shape[:2]), dtype=np.float32)
-        for channel in range(3):
-            np.take(self._table[channel], resized[:, :, channel], out=out[0, channel])
-        return out
-
-
 def _tabled(det: TextDetector) -> TextDetector:
-    """`det`, its preprocessing through `_TablePreProcess` (one per detector: rapidocr
-    makes a new one per call from the same settings)."""
-    pre = _TablePreProcess(det)
+    """`det`, its preprocessing normalised through a table (`normalise.TablePreprocess`:
+    the same input, bit for bit). rapidocr makes a new one from the detector's settings
+    for every call; this one is made once, from its settings now."""
+    pre = TablePreprocess(TextDetector.get_preprocess(det))
     det.get_preprocess = lambda: pre
     return det
 

@@ -122,8 +122,9 @@ def test_reading_at_its_own_width_beats_padding_to_320(monkeypatch):
 
 
 def test_the_detector_input_is_rapidocrs_bit_for_bit(detector):
-    """The normalisation by table gives the float32 input rapidocr's own preprocessing
-    gives, on a real scan, for the page detector and the windows' (no resizing)."""
+    """The normalisation through a table gives the float32 input rapidocr's own
+    preprocessing gives, on a real scan, for the page detector and the windows' (no
+    resizing)."""
     from rapidocr.ch_ppocr_det.utils import DetPreProcess
 
     scan = Image.open(REALDOCS / "tesseract_test" / "phototest.tif").convert("RGB")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import numpy as np
 import pytest
 
 from ocrfleet import ir
@@ -194,6 +195,19 @@ def page_of(name: str):
     if not path.is_file():
         pytest.skip(f"no real documents under {REALDOCS} (set OCRFLEET_REALDOCS)")
     return next(iter_pages(path.read_bytes(), Settings()))
+
+
+def test_the_layout_model_input_is_rapid_layouts_bit_for_bit(layout):
+    """The normalisation through a table gives the float32 input rapid-layout's own
+    preprocessing gives, on a real page."""
+    from rapid_layout.model_handler.pp.pre_process import PPPreProcess
+
+    handler = layout._model.model_handler.model_processors
+    page = np.asarray(page_of("olmo2-pg4.pdf").convert("RGB"))[:, :, ::-1]
+    ours = handler.pp_preprocess(np.ascontiguousarray(page))
+    theirs = PPPreProcess(handler.img_size)(np.ascontiguousarray(page))
+    assert ours.dtype == theirs.dtype == np.float32 and ours.shape == theirs.shape
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
 
 
 def test_a_real_table_is_a_table_region_read_by_lines_and_flagged(layout):
