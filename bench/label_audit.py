@@ -15,13 +15,17 @@ Only what the crop clearly shows is corrected; an ambiguous crop keeps its annot
 readings`, `why` being the listing rule that brought it: `all_agree` where every engine
 read the same text and the label says wrong, `two_agree` where two engines read alike and
 none reads the label, `rest` for every other line where some engine disagrees with the
-label, in the seeded random order they were looked at), so the
+label, in the seeded random order they were looked at; `scored_wrong` where RapidOCR's
+candidate of a realrows crop scores at least `SCORED_FLOOR` out of fold and the label says
+wrong: the lines that set the verifier's thresholds; `layer_underscore` where RapidOCR reads
+a text-layer line as its layer does but with underscores where the layer has spaces), so the
 counts are reproducible:
 
     python bench/label_audit.py            # lines listed, looked at, changed, by reason
     python bench/label_audit.py read       # every engine's reading of the ground-truth crops
     python bench/label_audit.py list       # the lines to look at -> bench/labels/looked.csv
     python bench/label_audit.py sheets     # contact sheets of them -> bench/out/label_audit/
+    python bench/label_audit.py scored     # add the `scored_wrong`, `layer_underscore` lines
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ LOOKED = LABELS / "looked.csv"
 OUT = ROOT / "bench" / "out" / "label_audit"
 COLUMNS = ("set", "document", "line", "original", "corrected", "reason")
 SEED = 17  # the order the `rest` lines were looked at
+# RapidOCR candidates labelled wrong that score at least this out of fold are listed: a
+# label wrong there moves the threshold more than any other line's (bench/train_consensus.py).
+SCORED_FLOOR = 0.8
 
 
 class StaleCorrection(ValueError):
@@ -305,6 +312,66 @@ def read_listing() -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def scored_wrong(floor: float = SCORED_FLOOR) -> list[tuple[Line, dict[str, str | None], str]]:
+    """Every realrows line whose RapidOCR candidate scores at least `floor` out of fold (the
+    shipped calibration over bench/train_consensus.py's folds) while its label says wrong,
+    highest first, with each engine's reading of the crop; a line many crops share comes once."""
+    import numpy as np
+
+    from bench.realrows import load_rows
+    from bench.train_consensus import SETS, load_examples, out_of_fold
+    from ocrfleet.scorers.consensus import WEIGHTS_PATH, load_calibration
+
+    ex, x, ok = load_examples(SETS)
+    y = np.array(ex.labels, dtype=bool)
+    raw = np.zeros(len(y))
+    raw[ok] = out_of_fold(x[ok], y[ok], [d for d, k in zip(ex.docs, ok, strict=True) if k])
+    prob = load_calibration(WEIGHTS_PATH).calibration(raw)
+    rows = {f"{row.set}/{row.id}": row for name in SETS for row in load_rows(name, ctc=True)}
+    annotations = {name: _annotations(name) for name in SETS}
+    out: dict[tuple[str, str, str], tuple[Line, dict[str, str | None], str]] = {}
+    for i in np.argsort(-prob, kind="stable"):
+        if not ok[i] or y[i] or ex.units[i].engine != "rapidocr" or prob[i] < floor:
+            continue
+        row = rows[ex.rows[i]]
+        original = annotations[row.set][row.id]
+        line = Line(row.set, row.doc, row.line, original, row.case_sensitive, row.image, row.bbox)
+        reads = {name: None if r is None else r[0] for name, r in row.reads.items()}
+        reads.update({name: c.text for name, c in row.ctc.items() if name not in reads})
+        out.setdefault(line.key, (line, reads, "scored_wrong"))
+    for row in rows.values():
+        original = annotations[row.set][row.id]
+        reading = row.reads.get("rapidocr")
+        if row.set == "pdf" and reading is not None and _underscored(reading[0], original):
+            line = Line(row.set, row.doc, row.line, original, True, row.image, row.bbox)
+            reads = {name: None if r is None else r[0] for name, r in row.reads.items()}
+            out.setdefault(line.key, (line, reads, "layer_underscore"))
+    return list(out.values())
+
+
+def _underscored(reading: str, layer: str) -> bool:
+    """`reading` is `layer` with underscores where the layer has spaces (TeX draws an
+    identifier's underscore as a rule, and its text layer holds a space there)."""
+    from ocrfleet.labels import canonical
+
+    return reading.count("_") > layer.count("_") and canonical(
+        reading.replace("_", " ")
+    ) == canonical(layer.replace("_", " "))
+
+
+def _annotations(set_name: str) -> dict[str, str]:
+    """Row id -> the annotation's own text (the truth before the audit), from the cache."""
+    from bench.realrows import OUT as ROWS
+
+    found: dict[str, str] = {}
+    for path in sorted(ROWS.glob(f"{set_name}.*jsonl")):
+        if not path.name.startswith(f"{set_name}.ctc."):
+            for text in path.read_text(encoding="utf-8").splitlines():
+                record = json.loads(text)
+                found[record["id"]] = record["truth"]
+    return found
+
+
 def sheets(per_sheet: int = 10, width: int = 900) -> list[Path]:
     """Contact sheets of the listed lines: each crop, its label and every reading beneath."""
     from PIL import Image, ImageDraw, ImageFont
@@ -381,7 +448,7 @@ def counts() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    steps = ("counts", "read", "list", "sheets")
+    steps = ("counts", "read", "list", "sheets", "scored")
     parser.add_argument("step", nargs="?", default="counts", choices=steps)
     args = parser.parse_args(argv)
     if args.step == "read":
@@ -390,6 +457,16 @@ def main(argv: list[str] | None = None) -> None:
         listed = suspects(load_readings())
         write_listing(listed)
         print(f"{len(listed)} lines listed in {LOOKED}")
+    elif args.step == "scored":
+        listed = read_listing()
+        seen = {(r["set"], r["document"], r["line"]) for r in listed}
+        new = [item for item in scored_wrong() if item[0].key not in seen]
+        with LOOKED.open("a", encoding="utf-8", newline="") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            for line, reads, why in new:
+                shown = json.dumps(reads, ensure_ascii=False, sort_keys=True)
+                writer.writerow((line.set, line.document, line.line, line.original, why, shown))
+        print(f"{len(new)} lines added to {LOOKED}")
     elif args.step == "sheets":
         print("\n".join(str(path) for path in sheets()))
     else:
