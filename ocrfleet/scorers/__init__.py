@@ -98,11 +98,11 @@ def describe_scorer(settings: Settings) -> dict[str, Any]:
         }
 
     from ocrfleet.engines import describe_engines
-    from ocrfleet.scorers.consensus import NAME, WEIGHTS_PATH, load_calibration, scorer_version
+    from ocrfleet.scorers.consensus import NAME, load_calibration, scorer_version, weights_path
 
     described = describe_engines(_reader_settings(settings))["recognisers"]
     readers = [(item["name"], item["version"]) for item in described]
-    weights = load_calibration(WEIGHTS_PATH).sha256
+    weights = load_calibration(weights_path(settings)).sha256
     return {
         "name": NAME,
         "version": scorer_version(weights, readers),

@@ -33,6 +33,7 @@ from PIL import Image
 from ocrfleet import ir
 from ocrfleet.config import Settings
 from ocrfleet.engines.base import Recogniser
+from ocrfleet.errors import ConfigError
 from ocrfleet.scorers.base import Policy, Unit, judgement, settings_thresholds
 from ocrfleet.scorers.features import (
     FEATURE_NAMES,
@@ -122,6 +123,18 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def weights_path(settings: Settings) -> Path:
+    """The weights file the settings name (OCRFLEET_CONSENSUS_WEIGHTS_PATH), else the shipped
+    one: a fleet rolls out a refit without a release, and a bench scores with weights fitted
+    without its documents."""
+    if settings.consensus_weights_path is None:
+        return WEIGHTS_PATH
+    path = Path(settings.consensus_weights_path)
+    if not path.is_file():
+        raise ConfigError(f"OCRFLEET_CONSENSUS_WEIGHTS_PATH is not a file: {path}")
+    return path
+
+
 @lru_cache(maxsize=4)
 def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
     """Read and check a weights file; its features must be exactly this code's features."""
@@ -186,7 +199,7 @@ def load_calibration(path: Path = WEIGHTS_PATH) -> Calibration:
 def policy(settings: Settings) -> Policy:
     """The settings' thresholds where set; the calibration's per (engine, category)
     thresholds and best-of-N margin otherwise."""
-    calibration = load_calibration(WEIGHTS_PATH)
+    calibration = load_calibration(weights_path(settings))
     return Policy(
         fixed=settings_thresholds(settings),
         per_engine=calibration.thresholds,
@@ -418,10 +431,10 @@ class ConsensusScorer:
         self,
         settings: Settings,
         second_readers: Sequence[Recogniser],
-        weights_path: Path = WEIGHTS_PATH,
+        weights: Path | None = None,
     ) -> None:
         self.features = ConsensusFeatures(settings, second_readers)
-        self.calibration = load_calibration(Path(weights_path))
+        self.calibration = load_calibration(Path(weights or weights_path(settings)))
         self.version = scorer_version(
             self.calibration.sha256, [(r.name, r.version) for r in self.features.readers]
         )

@@ -270,9 +270,26 @@ def test_version_follows_the_weights_file(tmp_path: Path, readers) -> None:
     other = tmp_path / "w.json"
     other.write_text(json.dumps(raw))
     a = ConsensusScorer(SETTINGS, readers)
-    b = ConsensusScorer(SETTINGS, readers, weights_path=other)
+    b = ConsensusScorer(SETTINGS, readers, weights=other)
     assert a.version != b.version
     assert a.version.startswith(f"consensus-{load_calibration(WEIGHTS_PATH).sha256[:12]}+")
+
+
+def test_the_settings_name_the_weights_the_policy_and_run_id_use(tmp_path: Path) -> None:
+    from ocrfleet.errors import ConfigError
+    from ocrfleet.scorers import describe_scorer, load_policy
+
+    raw = json.loads(WEIGHTS_PATH.read_text())
+    raw["thresholds"]["rapidocr"]["text"] = 0.5
+    other = tmp_path / "w.json"
+    other.write_text(json.dumps(raw))
+    refit = Settings(scorer="consensus", consensus_weights_path=other)
+    assert load_policy(refit).per_engine["rapidocr"]["text"] == 0.5
+    assert load_policy(SETTINGS).per_engine["rapidocr"]["text"] != 0.5
+    assert describe_scorer(refit)["weights_sha256"] != describe_scorer(SETTINGS)["weights_sha256"]
+    missing = Settings(scorer="consensus", consensus_weights_path=tmp_path / "none.json")
+    with pytest.raises(ConfigError, match="OCRFLEET_CONSENSUS_WEIGHTS_PATH"):
+        load_policy(missing)
 
 
 def test_weights_for_other_features_are_refused(tmp_path: Path, readers) -> None:
@@ -281,7 +298,7 @@ def test_weights_for_other_features_are_refused(tmp_path: Path, readers) -> None
     other = tmp_path / "w.json"
     other.write_text(json.dumps(raw))
     with pytest.raises(ValueError, match="other features"):
-        ConsensusScorer(SETTINGS, readers, weights_path=other)
+        ConsensusScorer(SETTINGS, readers, weights=other)
 
 
 def test_exported_trees_predict_what_scikit_learn_predicts() -> None:
