@@ -13,12 +13,16 @@ Sets (clean printed pages, then receipts):
   default); no line truth, so only the flagged share;
 - `sroie`: `--receipts N` SROIE receipts spread evenly over the set (truth: the transcript
   lines of box/<id>.csv, as `bench.realrows` reads them, audited labels included). These
-  receipts are the consensus scorer's training documents: their numbers are in-sample.
+  receipts are the consensus scorer's training documents: their numbers are in-sample,
+  unless `--held-out`, where the run scores with weights fitted (bench/train_consensus.py,
+  on the realrows cache) without those receipts (`OCRFLEET_CONSENSUS_WEIGHTS_PATH`).
 
 An accepted region counts as wrong when its text, in the labels' canonical form (receipts
 case-insensitive), is not found in the page's canonical truth between non-alphanumeric
 neighbours; canonical text folds line breaks to spaces, so reading order and a region that
-spans two transcript lines in order do not count. In UNLV's transcripts a run of `~` marks a
+spans two transcript lines in order do not count. A receipt's region is also right when its
+text is what the transcript boxes it covers say, left to right (SROIE boxes the columns of
+one printed line apart). In UNLV's transcripts a run of `~` marks a
 character they could not encode ("Caf~~" for "Café"): it matches up to two characters.
 "Empty over lines" counts accepted regions that hold text (any category but figure: a text
 line, or a table or formula with its lines) whose final text is empty: it must be 0.
@@ -34,13 +38,15 @@ bench prints how many of the regions a shortcut sent to review the full score wo
 accepted, and how many of those are right by the truth (the shortcut's cost). `--explain`
 also lists each region flagged on its score with the characters each CTC reader doubts.
 
-    python bench/review_share.py [--olmocr N] [--receipts N] [--sets unlv,olmocr,sroie,examples]
+    python bench/review_share.py [--olmocr N] [--receipts N [--held-out]]
+                                 [--sets unlv,olmocr,sroie,examples]
     python bench/review_share.py --shortcuts [--explain] [--olmocr N] [--sets unlv,olmocr]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -79,12 +85,15 @@ class Tally:
     examples: list[str] = field(default_factory=list)  # accepted texts counted wrong
 
 
-def run_cli(files: list[Path], workdir: Path) -> tuple[str, list[dict]]:
+def run_cli(
+    files: list[Path], workdir: Path, extra_env: dict[str, str] | None = None
+) -> tuple[str, list[dict]]:
     """`ocrfleet run --json FILES` on its own database and store: (database URL, rows)."""
     workdir.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{workdir / 'ocrfleet.db'}"
     env = {
         **os.environ,
+        **(extra_env or {}),
         "OCRFLEET_DATABASE_URL": url,
         "OCRFLEET_STORE_URL": f"file://{workdir / 'store'}",
         "OCRFLEET_CACHE_DIR": str(workdir / "cache"),
@@ -324,6 +333,23 @@ def receipts(count: int) -> list[Path]:
     return [images[int(i * step)] for i in range(count)]
 
 
+def held_out_weights(images: list[Path], out: Path) -> Path:
+    """Consensus weights fitted on the realrows cache without these receipts' rows."""
+    from bench.realrows import SETS, load_rows
+    from bench.train_consensus import train
+
+    held = {image.stem for image in images}
+    rows = [
+        row
+        for name in SETS
+        for row in load_rows(name, ctc=True)
+        if not (row.set == "sroie" and row.doc in held)
+    ]
+    with contextlib.redirect_stdout(sys.stderr):  # the fit's report, apart from the bench's
+        train(rows, out)
+    return out
+
+
 def receipt_boxes(path: Path) -> list[tuple[Box, str]]:
     """A receipt's transcript boxes with their lines as audited (bench/label_audit.py), the
     labels the scorer's thresholds were chosen on."""
@@ -342,6 +368,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--olmocr", type=int, default=None, help="first N PDFs (default all)")
     parser.add_argument("--receipts", type=int, default=20)
+    parser.add_argument(
+        "--held-out",
+        action="store_true",
+        help="receipts scored with weights fitted without them (needs the realrows cache)",
+    )
     parser.add_argument("--show", type=int, default=10, help="wrong accepted texts per set")
     parser.add_argument("--sets", default="unlv,olmocr,sroie,examples", help="comma list")
     parser.add_argument(
@@ -399,7 +430,11 @@ def main() -> None:
             if not files:
                 print(f"{name}: no inputs")
                 continue
-            url, rows = run_cli(files, Path(tmp) / name)
+            extra_env = None
+            if name == "sroie" and args.held_out:
+                weights = held_out_weights(files, Path(tmp) / "held_out_weights.json")
+                extra_env = {"OCRFLEET_CONSENSUS_WEIGHTS_PATH": str(weights)}
+            url, rows = run_cli(files, Path(tmp) / name, extra_env)
             counts = Tally()
             boxes_of = {p.name: receipt_boxes(p) for p in files} if name == "sroie" else None
             tally(url, rows, truth_of, counts, case_sensitive=case_sensitive, boxes_of=boxes_of)
@@ -414,7 +449,8 @@ def main() -> None:
             share = counts.flagged / counts.regions if counts.regions else 0.0
             line = (
                 f"{name}: documents {len(rows)}, regions {counts.regions}, flagged "
-                f"{counts.flagged} (share {share:.3f}, target <= {TARGETS[name]:.2f}), "
+                f"{counts.flagged} (share {share:.3f}, target <= {TARGETS[name]:.2f}"
+                f"{', held out' if name == 'sroie' and args.held_out else ''}), "
                 f"accepted {counts.accepted}, accepted empty over lines {counts.empty}"
             )
             if counts.judged:
