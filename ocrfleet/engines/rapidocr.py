@@ -35,6 +35,9 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ocrfleet.engines import catalogue  # noqa: F401  (before rapidocr: one parse of its catalogue)
+
+# isort: split
 import cv2
 import numpy as np
 import onnxruntime as ort

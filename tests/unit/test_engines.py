@@ -474,3 +474,12 @@ def test_phototest_page_reads_with_low_error(detector, rapid, tess):
     for engine in ("rapidocr", "tesseract"):
         text = "\n".join(c.text for c in candidates if c.engine == engine)
         assert cer(text, truth) < 0.10, (engine, text)
+
+
+def test_rapidocr_parses_its_model_catalogue_once() -> None:
+    import ocrfleet.engines.rapidocr  # noqa: F401
+    from rapidocr.inference_engine.base import InferSession
+    from rapidocr.utils import model_resolver
+
+    assert model_resolver._MODEL_CONFIG is InferSession.model_info
+    assert "model_routes" in InferSession.model_info
