@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import random
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -477,9 +479,14 @@ def test_phototest_page_reads_with_low_error(detector, rapid, tess):
 
 
 def test_rapidocr_parses_its_model_catalogue_once() -> None:
-    import ocrfleet.engines.rapidocr  # noqa: F401
-    from rapidocr.inference_engine.base import InferSession
-    from rapidocr.utils import model_resolver
-
-    assert model_resolver._MODEL_CONFIG is InferSession.model_info
-    assert "model_routes" in InferSession.model_info
+    # A fresh process: what matters is the order of a real one's first imports.
+    probe = (
+        "import ocrfleet.engines.rapidocr\n"
+        "from rapidocr.inference_engine.base import InferSession\n"
+        "from rapidocr.utils import model_resolver\n"
+        "print(model_resolver._MODEL_CONFIG is InferSession.model_info,"
+        " 'model_routes' in InferSession.model_info)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]
