@@ -293,15 +293,21 @@ def _rec_params(root: DictConfig) -> dict[str, Any]:
     }
 
 
+@lru_cache(maxsize=1)
+def _defaults() -> DictConfig:
+    """rapidocr's default configuration, parsed once, to read a version's parameters from
+    (run_id asks for them twice a run); `_config` parses a copy of its own to edit."""
+    return ParseParams.load(DEFAULT_CFG_PATH)
+
+
 def detector_version(model_path: Path = DET_MODEL_INT8, text_height: int = TEXT_HEIGHT) -> str:
     """The detector's version without loading the model (for run_id)."""
-    root = ParseParams.load(DEFAULT_CFG_PATH)
-    return _version(Path(model_path), _det_params(root, text_height))
+    return _version(Path(model_path), _det_params(_defaults(), text_height))
 
 
 def recogniser_version(model_path: Path = REC_MODEL_INT8) -> str:
     """The recogniser's version without loading the model (for run_id)."""
-    return _version(Path(model_path), _rec_params(ParseParams.load(DEFAULT_CFG_PATH)))
+    return _version(Path(model_path), _rec_params(_defaults()))
 
 
 def release_stage(stage: Any) -> None:
